@@ -1,1 +1,58 @@
-"""prenoise."""
+"""prenoise: prepare diffusion noise off the critical path without changing one bit.
+
+Core (no pipeline, CLI or integration imports here):
+- `prenoise.draws`: `Draw`, `Stream`, `NoisePlan`, `run_draw`/`run_stream`/`run_plan`,
+  `fill_normal_` — exact, declarative CPU normal draws.
+- `prenoise.executor`: `PreparationExecutor` — request-owned preparation workers.
+- `prenoise.prediction`: predicted-key checks and mismatch policies.
+- `prenoise.mixing`: `mix_condition`/`mix_conditions` — exact `tau·clean + (1 − tau)·noise`.
+- `prenoise.verify`: `compare` — field-by-field bitwise comparison.
+- `prenoise.rng_guard`: `global_rng_guard` — proof that the global RNG was not touched.
+"""
+
+from prenoise.draws import (
+    Draw,
+    HalfDrawRule,
+    NoisePlan,
+    ScalarPathError,
+    Stream,
+    fill_normal_,
+    run_draw,
+    run_plan,
+    run_stream,
+)
+from prenoise.executor import PreparationExecutor, PreparationStateError, Prepared
+from prenoise.layouts import Patchify
+from prenoise.mixing import mix_condition, mix_conditions
+from prenoise.prediction import MismatchPolicy, PredictionEvent, PredictionMismatchError
+from prenoise.rng_guard import GlobalRNGChangedError, global_rng_guard
+from prenoise.tracing import Tracer
+from prenoise.verify import ComparisonReport, compare
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ComparisonReport",
+    "Draw",
+    "GlobalRNGChangedError",
+    "HalfDrawRule",
+    "MismatchPolicy",
+    "NoisePlan",
+    "Patchify",
+    "PredictionEvent",
+    "PredictionMismatchError",
+    "PreparationExecutor",
+    "PreparationStateError",
+    "Prepared",
+    "ScalarPathError",
+    "Stream",
+    "Tracer",
+    "compare",
+    "fill_normal_",
+    "global_rng_guard",
+    "mix_condition",
+    "mix_conditions",
+    "run_draw",
+    "run_plan",
+    "run_stream",
+]

@@ -1,0 +1,382 @@
+"""Declarative, exact descriptions of CPU random-normal draws.
+
+A `Draw` says what a caller's serial code draws (shape, dtype, an optional kept prefix and a layout
+transform); a `Stream` is several draws in order on one generator; a `NoisePlan` is a set of
+independent streams. Running them reproduces the equivalent plain torch code bit-for-bit — values
+and the generator's final state — in the same process on the same machine. Nothing here touches
+the global RNG.
+
+Why buffers are preallocated and filled: a fresh multi-MB tensor pays page faults on first touch;
+filling a buffer allocated off the critical path (or reused) keeps that cost where it is hidden.
+Filling contiguous flat chunks of one buffer with `normal_` reproduces a one-shot draw exactly when
+every chunk but the last is a multiple of 16 elements and the last has at least 16
+(`../shared/notes/torch-cpu-rng.md`, "Chunking").
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import torch
+
+from prenoise.layouts import Layout
+
+__all__ = [
+    "VECTOR_BLOCK",
+    "Draw",
+    "HalfDrawRule",
+    "NoisePlan",
+    "ScalarPathError",
+    "Stream",
+    "chunk_bounds",
+    "fill_normal_",
+    "run_draw",
+    "run_plan",
+    "run_stream",
+    "set_fill_backend",
+]
+
+VECTOR_BLOCK = 16
+"""torch's CPU normal kernel works on blocks of 16; below this it takes the stateful scalar path."""
+
+_HALF_DTYPES = (torch.float16, torch.bfloat16)
+_FLOAT_DTYPES = (torch.float32, torch.float64, *_HALF_DTYPES)
+
+FillFn = Callable[[torch.Tensor, torch.Generator], torch.Tensor]
+
+
+def _torch_fill(out: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    return out.normal_(generator=generator)
+
+
+_fill_backend: FillFn = _torch_fill
+
+
+def set_fill_backend(fill: FillFn | None) -> None:
+    """Route every contiguous float32 chunk fill through `fill` (None restores `Tensor.normal_`).
+
+    `fill(out, generator)` must equal `out.normal_(generator=generator)` bit-for-bit, values and
+    generator state (the noise kernel installs itself here only after passing its self-check).
+    """
+    global _fill_backend
+    _fill_backend = fill or _torch_fill
+
+
+class ScalarPathError(ValueError):
+    """A draw would take torch's slow, stateful scalar path (numel < 16 or a non-contiguous out)."""
+
+
+class HalfDrawRule(str, enum.Enum):
+    """Which serial code a float16/bfloat16 draw reproduces.
+
+    - `FLOAT32_THEN_CAST`: `torch.randn(shape, dtype=torch.float32, generator=g).to(half)`.
+      Always drawn as float32 and cast: identical values and generator state.
+    - `NATIVE`: `torch.randn(shape, dtype=half, generator=g)`. Drawn as float32 and cast only when
+      `numel % 16 == 0` (then identical, values and state); otherwise drawn natively by torch,
+      because the ragged tail of a native half draw differs and consumes a different word count.
+    """
+
+    FLOAT32_THEN_CAST = "float32_then_cast"
+    NATIVE = "native"
+
+
+@dataclass(frozen=True)
+class Draw:
+    """One `randn(shape, dtype)` call of the caller's serial code, optionally post-processed.
+
+    `keep` holds prefix lengths for the leading dimensions: the full `shape` is drawn (so the
+    generator advances exactly as the serial code's) and `full[:keep[0], :keep[1], ...]` is kept
+    (the "dependent noise" policy). `layout` then rearranges the kept values (e.g. `Patchify`).
+    The result is contiguous; values equal the serial code's bit-for-bit.
+    """
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: torch.dtype = torch.float32
+    keep: tuple[int, ...] | None = None
+    layout: Layout | None = None
+    half_rule: HalfDrawRule = HalfDrawRule.FLOAT32_THEN_CAST
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "shape", tuple(int(s) for s in self.shape))
+        if any(s < 0 for s in self.shape):
+            raise ValueError(f"draw {self.name!r}: negative size in shape {self.shape}")
+        if self.dtype not in _FLOAT_DTYPES:
+            raise ValueError(f"draw {self.name!r}: dtype {self.dtype} is not a floating dtype")
+        if self.keep is not None:
+            keep = tuple(int(k) for k in self.keep)
+            object.__setattr__(self, "keep", keep)
+            if len(keep) > len(self.shape) or any(
+                not 0 < k <= s for k, s in zip(keep, self.shape, strict=False)
+            ):
+                raise ValueError(
+                    f"draw {self.name!r}: keep {keep} is not a non-empty prefix of {self.shape}"
+                )
+        if self.layout is not None:
+            self.layout.output_shape(self.kept_shape)
+
+    @property
+    def numel(self) -> int:
+        """Elements drawn from the generator (the full shape, before `keep`)."""
+        return math.prod(self.shape)
+
+    @property
+    def kept_shape(self) -> tuple[int, ...]:
+        """Shape after the `keep` prefix slice, before the layout."""
+        if self.keep is None:
+            return self.shape
+        return self.keep + self.shape[len(self.keep) :]
+
+    @property
+    def output_shape(self) -> tuple[int, ...]:
+        """Shape of the tensor `run_draw` returns."""
+        if self.layout is None:
+            return self.kept_shape
+        return self.layout.output_shape(self.kept_shape)
+
+    @property
+    def output_nbytes(self) -> int:
+        """Bytes of the returned tensor."""
+        return math.prod(self.output_shape) * _itemsize(self.dtype)
+
+    @property
+    def takes_scalar_path(self) -> bool:
+        """True when torch would draw this with its stateful scalar path (numel < 16)."""
+        return self.numel < VECTOR_BLOCK
+
+    @property
+    def native_half(self) -> bool:
+        """True when the draw must be made by torch directly in a half dtype (see HalfDrawRule)."""
+        return (
+            self.dtype in _HALF_DTYPES
+            and self.half_rule is HalfDrawRule.NATIVE
+            and self.numel % VECTOR_BLOCK != 0
+        )
+
+    @property
+    def draw_dtype(self) -> torch.dtype:
+        """dtype the stream is drawn in (float32 for cast half draws)."""
+        if self.dtype in _HALF_DTYPES and not self.native_half:
+            return torch.float32
+        return self.dtype
+
+    @property
+    def generator_words(self) -> int | None:
+        """32-bit MT19937 words consumed (None on the scalar path: it depends on cached state)."""
+        n = self.numel
+        if n == 0:
+            return 0
+        if self.takes_scalar_path:
+            return None
+        if self.native_half:
+            return VECTOR_BLOCK * math.ceil(n / VECTOR_BLOCK)
+        words = n + (VECTOR_BLOCK if n % VECTOR_BLOCK else 0)
+        return 2 * words if self.dtype == torch.float64 else words
+
+
+@dataclass(frozen=True)
+class Stream:
+    """Draws made in order on one generator.
+
+    `source` is either a seed — a fresh `torch.Generator('cpu').manual_seed(seed)` per run — or a
+    caller's CPU generator, which is advanced in place exactly as the serial code would advance it.
+    """
+
+    name: str
+    source: int | torch.Generator
+    draws: tuple[Draw, ...]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "draws", tuple(self.draws))
+        if isinstance(self.source, torch.Generator) and self.source.device.type != "cpu":
+            raise ValueError(f"stream {self.name!r}: generator must be on the CPU")
+        names = [d.name for d in self.draws]
+        if len(set(names)) != len(names):
+            raise ValueError(f"stream {self.name!r}: duplicate draw names {names}")
+
+    def generator(self) -> torch.Generator:
+        """The generator a run uses: a fresh seeded one, or the caller's object itself."""
+        if isinstance(self.source, torch.Generator):
+            return self.source
+        return torch.Generator("cpu").manual_seed(self.source)
+
+    @property
+    def numel(self) -> int:
+        return sum(d.numel for d in self.draws)
+
+    @property
+    def output_nbytes(self) -> int:
+        return sum(d.output_nbytes for d in self.draws)
+
+    @property
+    def generator_words(self) -> int | None:
+        words = [d.generator_words for d in self.draws]
+        return None if None in words else sum(w for w in words if w is not None)
+
+
+@dataclass(frozen=True)
+class NoisePlan:
+    """A set of independent streams (never two streams on one generator object).
+
+    Construction refuses draws that would take torch's scalar path unless `allow_scalar_path`.
+    """
+
+    streams: tuple[Stream, ...]
+    allow_scalar_path: bool = False
+    _draw_names: tuple[str, ...] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "streams", tuple(self.streams))
+        names = [d.name for s in self.streams for d in s.draws]
+        if len(set(names)) != len(names):
+            raise ValueError(f"duplicate draw names in plan: {names}")
+        stream_names = [s.name for s in self.streams]
+        if len(set(stream_names)) != len(stream_names):
+            raise ValueError(f"duplicate stream names in plan: {stream_names}")
+        generators = [id(s.source) for s in self.streams if isinstance(s.source, torch.Generator)]
+        if len(set(generators)) != len(generators):
+            raise ValueError("two streams of a plan share one generator object; use one stream")
+        if not self.allow_scalar_path:
+            for stream in self.streams:
+                for d in stream.draws:
+                    if d.takes_scalar_path and d.numel > 0:
+                        raise ScalarPathError(
+                            f"draw {d.name!r} in stream {stream.name!r} has {d.numel} elements "
+                            f"(< {VECTOR_BLOCK}): torch draws it on its stateful scalar path; "
+                            "pass allow_scalar_path=True to accept that"
+                        )
+        object.__setattr__(self, "_draw_names", tuple(names))
+
+    @property
+    def draw_names(self) -> tuple[str, ...]:
+        return self._draw_names
+
+    @property
+    def numel(self) -> int:
+        """Elements drawn by all streams (before any keep slice)."""
+        return sum(s.numel for s in self.streams)
+
+    @property
+    def output_nbytes(self) -> int:
+        """Bytes of all returned tensors."""
+        return sum(s.output_nbytes for s in self.streams)
+
+    @property
+    def generator_words(self) -> dict[str, int | None]:
+        """32-bit generator words per stream (None where a scalar-path draw is allowed)."""
+        return {s.name: s.generator_words for s in self.streams}
+
+
+def _itemsize(dtype: torch.dtype) -> int:
+    return torch.empty((), dtype=dtype).element_size()
+
+
+def chunk_bounds(numel: int, chunk_elems: int) -> Iterator[tuple[int, int]]:
+    """Flat `[start, stop)` chunks that keep a chunked fill bit-identical to a one-shot fill.
+
+    Every chunk but the last has `chunk_elems` elements (a positive multiple of 16); a last chunk
+    shorter than 16 is merged into the one before it.
+    """
+    if chunk_elems <= 0 or chunk_elems % VECTOR_BLOCK:
+        raise ValueError(f"chunk_elems must be a positive multiple of 16, got {chunk_elems}")
+    starts = list(range(0, numel, chunk_elems))
+    if len(starts) > 1 and numel - starts[-1] < VECTOR_BLOCK:
+        starts.pop()
+    for i, start in enumerate(starts):
+        yield start, starts[i + 1] if i + 1 < len(starts) else numel
+
+
+def fill_normal_(
+    out: torch.Tensor,
+    generator: torch.Generator,
+    *,
+    chunk_elems: int | None = None,
+    allow_scalar_path: bool = False,
+) -> torch.Tensor:
+    """Fill `out` in place; bitwise equal to `out.normal_(generator=generator)`, state included.
+
+    `out` must be a contiguous CPU tensor. With `chunk_elems`, flat chunks are filled one after
+    another (see `chunk_bounds`); values and the final generator state are identical to one fill.
+    Refuses (ScalarPathError) outputs that torch would fill on its scalar path, unless allowed.
+    """
+    if out.device.type != "cpu":
+        raise ValueError(f"fill_normal_ needs a CPU tensor, got {out.device}")
+    n = out.numel()
+    if n == 0:
+        return out
+    if not out.is_contiguous() or n < VECTOR_BLOCK:
+        if not allow_scalar_path:
+            raise ScalarPathError(
+                f"a {'non-contiguous ' if not out.is_contiguous() else ''}tensor of {n} elements "
+                "is filled on torch's stateful scalar path; pass allow_scalar_path=True to accept"
+            )
+        return out.normal_(generator=generator)
+    flat = out.view(-1)
+    fill = _fill_backend if out.dtype == torch.float32 else _torch_fill
+    for start, stop in chunk_bounds(n, chunk_elems or n + (-n % VECTOR_BLOCK)):
+        fill(flat[start:stop], generator)
+    return out
+
+
+def run_draw(
+    draw: Draw,
+    generator: torch.Generator,
+    *,
+    out: torch.Tensor | None = None,
+    chunk_elems: int | None = None,
+    allow_scalar_path: bool = False,
+) -> torch.Tensor:
+    """Run one draw on `generator` (advanced in place) and return its result.
+
+    Bitwise equal to the serial code the draw describes — `torch.randn(draw.shape, dtype=...,
+    generator=generator)`, then the keep slice, then the layout — and leaves `generator` in the
+    same state. `out` is an optional preallocated buffer of `draw.shape` and `draw.draw_dtype`.
+    The result is contiguous; it is `out` itself when there is no keep, cast or layout.
+    """
+    if draw.native_half:
+        if out is not None:
+            raise ValueError(f"draw {draw.name!r}: a native half draw cannot fill a buffer")
+        full = torch.randn(draw.shape, dtype=draw.dtype, generator=generator)
+    else:
+        if out is None:
+            out = torch.empty(draw.shape, dtype=draw.draw_dtype)
+        elif tuple(out.shape) != draw.shape or out.dtype != draw.draw_dtype:
+            raise ValueError(
+                f"draw {draw.name!r}: buffer is {tuple(out.shape)} {out.dtype}, "
+                f"expected {draw.shape} {draw.draw_dtype}"
+            )
+        full = fill_normal_(
+            out, generator, chunk_elems=chunk_elems, allow_scalar_path=allow_scalar_path
+        )
+    kept = full
+    if draw.keep is not None:
+        kept = full[tuple(slice(0, k) for k in draw.keep)]
+    if draw.layout is not None:
+        kept = draw.layout.apply(kept)
+    if kept.dtype != draw.dtype:
+        kept = kept.to(draw.dtype)
+    return kept.contiguous()
+
+
+def run_stream(
+    stream: Stream, *, chunk_elems: int | None = None, allow_scalar_path: bool = False
+) -> dict[str, torch.Tensor]:
+    """Run a stream's draws in order on its generator; returns `{draw name: tensor}`."""
+    generator = stream.generator()
+    return {
+        d.name: run_draw(d, generator, chunk_elems=chunk_elems, allow_scalar_path=allow_scalar_path)
+        for d in stream.draws
+    }
+
+
+def run_plan(plan: NoisePlan, *, chunk_elems: int | None = None) -> dict[str, torch.Tensor]:
+    """Run every stream of `plan` serially on this thread; returns `{draw name: tensor}`."""
+    results: dict[str, torch.Tensor] = {}
+    for stream in plan.streams:
+        results.update(
+            run_stream(stream, chunk_elems=chunk_elems, allow_scalar_path=plan.allow_scalar_path)
+        )
+    return results

@@ -1,0 +1,293 @@
+"""The request-owned preparation executor.
+
+One request opens a `PreparationExecutor`, submits work (noise draws) before its encoders run,
+and takes each result once when it needs it:
+
+    with PreparationExecutor() as prep:
+        video = prep.submit("video_noise", lambda: run_stream(video_stream))
+        text = encode_text(prompt)              # runs while the worker draws
+        noise = prep.take(video)                # blocks; ownership passes to the caller
+
+Guarantees:
+- `submit` returns at once; work runs on worker threads owned by this context (default one).
+  Work that names its generators (`generators=`) always runs on the lane that owns them, so two
+  threads never use one generator.
+- `take` returns the work's result (a worker exception is re-raised with its original type and
+  traceback), hands it to the caller and keeps no reference: a second `take` is an error.
+- If the body raises, pending work is cancelled, running work is joined and the ORIGINAL
+  exception propagates; errors of cancelled or joined work never mask it.
+- On exit no worker thread is left and untaken results are released.
+- Prepared work tied to a predicted key is only handed out after the actual key is confirmed
+  (see `prenoise.prediction`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import threading
+from collections.abc import Callable, Hashable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Generic, TypeVar
+
+import torch
+
+from prenoise.prediction import MismatchPolicy, PredictionEvent, PredictionMismatchError
+from prenoise.rng_guard import GlobalRNGChangedError, RNGSnapshot, snapshot_global_rng
+from prenoise.tracing import NULL_TRACER, Tracer
+
+__all__ = ["PreparationExecutor", "PreparationStateError", "Prepared"]
+
+T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
+logger = logging.getLogger("prenoise.executor")
+_UNSET: Any = object()
+_instance_ids = itertools.count()
+
+
+class PreparationStateError(RuntimeError):
+    """The executor was used out of order (unknown name, second take, use after exit)."""
+
+
+@dataclass(frozen=True)
+class Prepared(Generic[T_co]):
+    """A typed handle to submitted work; pass it (or its name) to `take`."""
+
+    name: str
+
+
+@dataclass
+class _Job:
+    name: str
+    future: Future[Any]
+    lane: int
+    predicted: Hashable
+    generators: tuple[torch.Generator, ...]
+    start_states: list[torch.Tensor] = field(default_factory=list)
+
+
+class PreparationExecutor:
+    """Request-owned worker threads that prepare inputs while the request thread encodes.
+
+    `workers` lanes (default 1), each a single thread. `tracer` records a span per job and per
+    wait. `check_global_rng` (default: env `PRENOISE_DEBUG_RNG=1`) raises
+    `GlobalRNGChangedError` at a normal exit if the global RNG state changed inside the context.
+    """
+
+    def __init__(
+        self,
+        *,
+        workers: int = 1,
+        name: str = "prenoise-prep",
+        tracer: Tracer | None = None,
+        check_global_rng: bool | None = None,
+    ) -> None:
+        if workers < 1:
+            raise ValueError(f"workers must be >= 1, got {workers}")
+        self.name = name
+        self._thread_prefix = f"{name}#{next(_instance_ids)}-"
+        self.tracer = tracer or NULL_TRACER
+        self.check_global_rng = (
+            os.environ.get("PRENOISE_DEBUG_RNG") == "1"
+            if check_global_rng is None
+            else check_global_rng
+        )
+        self.prediction_events: list[PredictionEvent] = []
+        self._workers = workers
+        self._lanes: list[ThreadPoolExecutor] = []
+        self._jobs: dict[str, _Job] = {}
+        self._taken: set[str] = set()
+        self._cancelled: set[str] = set()
+        # id(generator) -> (generator, lane, name of the last job that uses it)
+        self._generator_owner: dict[int, tuple[torch.Generator, int, str]] = {}
+        self._next_lane = 0
+        self._rng_before: RNGSnapshot | None = None
+        self._open = False
+        self._lock = threading.Lock()
+
+    # -- context -----------------------------------------------------------------------------
+    def __enter__(self) -> PreparationExecutor:
+        if self._open or self._lanes:
+            raise PreparationStateError(f"executor {self.name!r} cannot be entered twice")
+        self._lanes = [
+            ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"{self._thread_prefix}{i}")
+            for i in range(self._workers)
+        ]
+        self._rng_before = snapshot_global_rng() if self.check_global_rng else None
+        self._open = True
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        cancelled = self._shutdown()
+        if exc is not None:
+            if cancelled:
+                _add_note(exc, f"prenoise: cancelled pending preparation {cancelled}")
+            return  # the original exception propagates unchanged
+        if self._rng_before is not None:
+            changed = self._rng_before.differences(snapshot_global_rng())
+            if changed:
+                raise GlobalRNGChangedError(
+                    f"preparation executor {self.name!r}: global RNG changed: {changed}"
+                )
+
+    def _shutdown(self) -> list[str]:
+        """Cancel pending jobs, join running ones, drop every result; returns cancelled names."""
+        self._open = False
+        with self._lock:
+            jobs, self._jobs = list(self._jobs.values()), {}
+        cancelled = [job.name for job in jobs if job.future.cancel()]
+        for lane in self._lanes:
+            lane.shutdown(wait=True, cancel_futures=True)
+        for job in jobs:
+            if not job.future.cancelled() and job.future.exception() is not None:
+                logger.debug("untaken job %r failed: %r", job.name, job.future.exception())
+        self._generator_owner.clear()
+        return cancelled
+
+    # -- work ------------------------------------------------------------------------------
+    def submit(
+        self,
+        name: str,
+        work: Callable[[], T],
+        *,
+        predicted: Hashable = None,
+        generators: Sequence[torch.Generator] = (),
+    ) -> Prepared[T]:
+        """Schedule `work()` on a worker and return at once.
+
+        `predicted` ties the result to a key (e.g. the shapes it was drawn for) that `take` must
+        confirm. `generators` names the caller-owned generators the work advances: it then runs
+        on the lane that owns them, and a FALLBACK recomputation can rewind them.
+        """
+        if not self._open:
+            raise PreparationStateError(f"submit({name!r}) outside the executor's `with` block")
+        with self._lock:
+            if name in self._jobs or name in self._taken or name in self._cancelled:
+                raise PreparationStateError(f"{name!r} was already submitted to {self.name!r}")
+            lane = self._lane_for(name, tuple(generators))
+            job = _Job(name, Future(), lane, predicted, tuple(generators))
+            job.future = self._lanes[lane].submit(self._run, job, work)
+            self._jobs[name] = job
+        return Prepared(name)
+
+    def _lane_for(self, name: str, generators: tuple[torch.Generator, ...]) -> int:
+        owned = {
+            self._generator_owner[id(g)][1] for g in generators if id(g) in self._generator_owner
+        }
+        if len(owned) > 1:
+            raise PreparationStateError(
+                f"{name!r} uses generators owned by different worker lanes {sorted(owned)}"
+            )
+        if owned:
+            lane = owned.pop()
+        else:
+            lane, self._next_lane = self._next_lane, (self._next_lane + 1) % len(self._lanes)
+        for g in generators:
+            self._generator_owner[id(g)] = (g, lane, name)
+        return lane
+
+    def _run(self, job: _Job, work: Callable[[], T]) -> T:
+        job.start_states = [g.get_state() for g in job.generators]
+        with self.tracer.span(job.name, "prepare"):
+            return work()
+
+    def take(
+        self,
+        item: Prepared[T] | str,
+        *,
+        actual: Hashable = _UNSET,
+        policy: MismatchPolicy = MismatchPolicy.RAISE,
+        recompute: Callable[[], T] | None = None,
+    ) -> T:
+        """Block for a result and hand it over; the executor keeps no reference to it.
+
+        If the work was submitted with `predicted`, `actual` must be given: equal keys release
+        the prepared result; a mismatch discards it and either raises `PredictionMismatchError`
+        (RAISE) or rewinds the job's generators, calls `recompute()` on this thread and records
+        a `PredictionEvent` (FALLBACK). A worker exception is re-raised here.
+        """
+        name = item if isinstance(item, str) else item.name
+        if not self._open:
+            raise PreparationStateError(
+                f"take({name!r}) after executor {self.name!r} exited; results are released at exit"
+            )
+        with self._lock:
+            job = self._jobs.pop(name, None)
+            if job is None:
+                if name in self._taken:
+                    raise PreparationStateError(f"{name!r} was already taken from {self.name!r}")
+                if name in self._cancelled:
+                    raise PreparationStateError(f"{name!r} was cancelled before it ran")
+                raise PreparationStateError(f"{name!r} was never submitted to {self.name!r}")
+            self._taken.add(name)
+        future = job.future
+        del job.future  # an exception's traceback keeps `job` alive: it must not pin the result
+        with self.tracer.span(f"wait:{name}", "wait"):
+            try:
+                result = future.result()
+            except BaseException as error:
+                _add_note(error, f"prenoise: raised by prepared job {name!r} on a worker thread")
+                raise
+            finally:
+                del future
+        if job.predicted is None:
+            return result
+        if actual is _UNSET:
+            del result
+            raise PreparationStateError(
+                f"{name!r} was prepared for predicted {job.predicted!r}; "
+                "take() needs actual= to confirm it"
+            )
+        if actual == job.predicted:
+            return result
+        del result
+        if policy is MismatchPolicy.RAISE or recompute is None:
+            raise PredictionMismatchError(name, job.predicted, actual)
+        later = [
+            g for g in job.generators if self._generator_owner.get(id(g), (g, 0, name))[2] != name
+        ]
+        if later:
+            # Later jobs drew from these generators after this one: rewinding would corrupt them.
+            raise PredictionMismatchError(name, job.predicted, actual)
+        for generator, state in zip(job.generators, job.start_states, strict=True):
+            generator.set_state(state)
+        event = PredictionEvent(name, job.predicted, actual)
+        event.log()
+        self.prediction_events.append(event)
+        with self.tracer.span(f"recompute:{name}", "noise"):
+            return recompute()
+
+    def cancel_pending(self) -> list[str]:
+        """Cancel jobs that have not started; returns their names (they can no longer be taken)."""
+        with self._lock:
+            cancelled = [n for n, job in self._jobs.items() if job.future.cancel()]
+            for n in cancelled:
+                del self._jobs[n]
+            self._cancelled.update(cancelled)
+        return cancelled
+
+    @property
+    def pending(self) -> list[str]:
+        """Names submitted but not yet taken."""
+        with self._lock:
+            return list(self._jobs)
+
+    @property
+    def threads(self) -> list[threading.Thread]:
+        """Live worker threads of this executor."""
+        prefix = self._thread_prefix
+        return [t for t in threading.enumerate() if t.name.startswith(prefix) and t.is_alive()]
+
+
+def _add_note(error: BaseException, note: str) -> None:
+    add_note = getattr(error, "add_note", None)
+    if add_note is not None:
+        add_note(note)

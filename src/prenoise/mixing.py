@@ -1,0 +1,90 @@
+"""Exact condition mixing: `anchor = tau·clean + (1 − tau)·noise`, bit-stable on any device.
+
+The reference computation is CPU float32: `tau` is a 0-dim float32 CPU tensor, `1 − tau` is
+computed from it in float32 on the CPU, and the anchor is two rounded products and one rounded
+sum. Fused forms (`addcmul`, `lerp`, `add(alpha=)`, a float64 detour) round differently, so they
+are never used. Clean rows stay on their device; only the noise and the two coefficients move
+there. Equality with the CPU reference on an accelerator holds for eager elementwise kernels (to
+be proven per device by the verification harness), not for fused/compiled kernels.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+
+__all__ = ["NoiseSource", "mix_coefficients", "mix_condition", "mix_conditions"]
+
+NoiseSource = torch.Tensor | Callable[[], torch.Tensor]
+"""Noise rows, or a callable that produces them (called only when tau != 1)."""
+
+
+def mix_coefficients(tau: float | torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """`(tau, 1 − tau)` as 0-dim float32 CPU tensors, `1 − tau` computed in float32 on the CPU."""
+    tau_t = torch.as_tensor(tau, dtype=torch.float32, device="cpu").detach().clone()
+    if tau_t.dim() != 0:
+        raise ValueError(f"tau must be a scalar, got shape {tuple(tau_t.shape)}")
+    if not 0.0 <= float(tau_t) <= 1.0:
+        raise ValueError(f"tau must be in [0, 1], got {float(tau_t)}")
+    return tau_t, torch.sub(1.0, tau_t)
+
+
+def mix_condition(
+    clean: torch.Tensor, noise: NoiseSource, tau: float | torch.Tensor
+) -> torch.Tensor:
+    """`tau·clean + (1 − tau)·noise` on `clean`'s device, bitwise equal to the CPU reference.
+
+    With `tau == 1` the clean rows are returned (as a copy) and `noise` is never produced. The
+    result is a new contiguous tensor; inputs are never mutated. `clean` and `noise` must have
+    the same shape and a floating dtype; the result has `clean`'s dtype.
+    """
+    tau_t, one_minus_tau = mix_coefficients(tau)
+    if float(tau_t) == 1.0:
+        return clean.clone(memory_format=torch.contiguous_format)
+    noise_t = noise() if callable(noise) else noise
+    if noise_t.shape != clean.shape:
+        raise ValueError(
+            f"noise shape {tuple(noise_t.shape)} does not match clean shape {tuple(clean.shape)}"
+        )
+    if noise_t.dtype != clean.dtype:
+        raise ValueError(f"noise dtype {noise_t.dtype} does not match clean dtype {clean.dtype}")
+    device = clean.device
+    scaled_clean = torch.mul(clean, tau_t.to(device))
+    scaled_noise = torch.mul(noise_t.to(device), one_minus_tau.to(device))
+    return torch.add(scaled_clean, scaled_noise).contiguous()
+
+
+def mix_conditions(
+    cleans: Sequence[torch.Tensor],
+    noise: NoiseSource,
+    taus: Sequence[float | torch.Tensor],
+) -> torch.Tensor:
+    """Mix several conditions and concatenate their rows (dim 0), in order.
+
+    `noise` holds every condition's noise rows concatenated in the same order (or produces
+    them; it is produced once, only if some tau != 1). Each block is `mix_condition` of its own
+    rows with its own tau, so the result is bitwise what per-condition mixing then `cat` gives.
+    Clean blocks may be non-contiguous and on any device.
+    """
+    if len(cleans) != len(taus):
+        raise ValueError(f"{len(cleans)} conditions but {len(taus)} taus")
+    if not cleans:
+        raise ValueError("mix_conditions needs at least one condition")
+    needs_noise = any(float(mix_coefficients(t)[0]) != 1.0 for t in taus)
+    rows = [c.shape[0] for c in cleans]
+    blocks: Sequence[torch.Tensor | None] = [None] * len(cleans)
+    if needs_noise:
+        noise_t = noise() if callable(noise) else noise
+        if noise_t.shape[0] != sum(rows):
+            raise ValueError(f"noise has {noise_t.shape[0]} rows, conditions have {sum(rows)}")
+        blocks = list(torch.split(noise_t, rows))
+    mixed = [
+        mix_condition(clean, block if block is not None else _no_noise, tau)
+        for clean, block, tau in zip(cleans, blocks, taus, strict=True)
+    ]
+    return torch.cat(mixed)
+
+
+def _no_noise() -> torch.Tensor:
+    raise AssertionError("noise requested for a condition with tau == 1")

@@ -105,8 +105,13 @@ class ComparisonReport:
 
 
 def tensor_sha256(t: torch.Tensor) -> str:
-    """sha256 of the tensor's values as contiguous bytes in logical (row-major) order, on CPU."""
+    """sha256 of the tensor's values as contiguous bytes in logical (row-major) order, on CPU.
+
+    Meta tensors have no data: their digest is the empty string.
+    """
     t = t.detach()
+    if t.is_meta:
+        return ""
     if t.layout != torch.strided:
         t = t.to_dense()
     t = t.cpu().contiguous()
@@ -139,7 +144,9 @@ def _compare_tensors(path: str, a: torch.Tensor, b: torch.Tensor) -> FieldReport
     ]
     if ia.requires_grad != ib.requires_grad:
         diffs.append("requires_grad")
-    if ia.shape == ib.shape and ia.dtype == ib.dtype:
+    if a.is_meta or b.is_meta:
+        pass  # no data to compare; the device difference (if any) is already reported
+    elif ia.shape == ib.shape and ia.dtype == ib.dtype:
         if not torch.equal(_bits(a).cpu(), _bits(b).cpu()):
             diffs.append("values")
     elif ia.sha256 != ib.sha256:

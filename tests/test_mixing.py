@@ -1,0 +1,99 @@
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conftest import bitwise_equal
+from prenoise.mixing import mix_coefficients, mix_condition, mix_conditions
+
+
+def reference_mix(clean: torch.Tensor, noise: torch.Tensor, tau: float) -> torch.Tensor:
+    """The contract's formula written out by hand: f32 CPU coefficients, 2 products, 1 sum."""
+    tau_t = torch.tensor(tau, dtype=torch.float32)
+    one_minus = torch.tensor(1.0, dtype=torch.float32) - tau_t
+    return tau_t * clean + one_minus * noise
+
+
+def rows(seed: int, n: int, f: int = 96) -> torch.Tensor:
+    return torch.randn(n, f, generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize("tau", [0.0, 0.999, 1.0])
+def test_mix_matches_hand_written_formula(tau: float) -> None:
+    clean, noise = rows(1, 300), rows(2, 300)
+    clean_copy, noise_copy = clean.clone(), noise.clone()
+    out = mix_condition(clean, noise, tau)
+    expected = clean if tau == 1.0 else reference_mix(clean, noise, tau)
+    assert bitwise_equal(out, expected)
+    assert bitwise_equal(clean, clean_copy) and bitwise_equal(noise, noise_copy)  # not mutated
+    assert out.untyped_storage().data_ptr() not in {
+        clean.untyped_storage().data_ptr(),
+        noise.untyped_storage().data_ptr(),
+    }
+
+
+def test_fused_forms_would_differ() -> None:
+    # Guards the reason the helper exists: a lerp or alpha-add is not the contract's arithmetic.
+    clean, noise = rows(3, 2000), rows(4, 2000)
+    exact = mix_condition(clean, noise, 0.999)
+    tau = torch.tensor(0.999)
+    assert not bitwise_equal(exact, torch.lerp(noise, clean, tau))
+
+
+def test_tau_one_never_produces_noise() -> None:
+    def no_noise() -> torch.Tensor:
+        raise AssertionError("drawn")
+
+    clean = rows(1, 10)
+    assert bitwise_equal(mix_condition(clean, no_noise, 1.0), clean)
+    assert bitwise_equal(
+        mix_conditions([clean, clean], no_noise, [1.0, 1.0]), torch.cat([clean] * 2)
+    )
+
+
+def test_lazy_noise_is_produced_once() -> None:
+    calls: list[int] = []
+    noise = rows(9, 30)
+
+    def make() -> torch.Tensor:
+        calls.append(1)
+        return noise
+
+    mix_conditions([rows(1, 10), rows(2, 20)], make, [0.999, 0.5])
+    assert calls == [1]
+
+
+def test_several_conditions_including_non_contiguous() -> None:
+    a = rows(1, 40)
+    b_base = rows(2, 96, 60)
+    b = b_base.t()[:50]  # non-contiguous [50, 96]
+    c = rows(3, 30)
+    noise = rows(4, 120)
+    taus = [0.999, 0.0, 1.0]
+    out = mix_conditions([a, b, c], noise, taus)
+    expected = torch.cat(
+        [
+            reference_mix(a, noise[:40], 0.999),
+            reference_mix(b.contiguous(), noise[40:90], 0.0),
+            c,
+        ]
+    )
+    assert not b.is_contiguous()
+    assert bitwise_equal(out, expected)
+    assert out.is_contiguous()
+
+
+def test_coefficients_are_float32_cpu_and_computed_in_float32() -> None:
+    tau, one_minus = mix_coefficients(0.999)
+    assert tau.dtype == one_minus.dtype == torch.float32
+    assert tau.device.type == one_minus.device.type == "cpu" and tau.dim() == 0
+    assert bitwise_equal(one_minus, torch.tensor(1.0) - torch.tensor(0.999))
+
+
+def test_bad_inputs() -> None:
+    with pytest.raises(ValueError, match="does not match clean shape"):
+        mix_condition(rows(1, 3), rows(1, 4), 0.5)
+    with pytest.raises(ValueError, match="rows"):
+        mix_conditions([rows(1, 3)], rows(1, 4), [0.5])
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        mix_condition(rows(1, 3), rows(1, 3), 1.5)

@@ -155,6 +155,23 @@ def test_chunking_property(n: int, chunk_blocks: int, seed: int, prior: int) -> 
     assert same_state(g, g_ref)
 
 
+@settings(max_examples=40, deadline=None)
+@given(
+    shape=st.lists(st.integers(1, 9), min_size=1, max_size=5),
+    chunk_blocks=st.one_of(st.none(), st.integers(1, 8)),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_draw_property_over_shapes(shape: list[int], chunk_blocks: int | None, seed: int) -> None:
+    draw = Draw("x", tuple(shape))
+    if draw.takes_scalar_path:
+        return
+    g_ref, g = gen(seed), gen(seed)
+    expected = torch.randn(shape, generator=g_ref)
+    chunk = None if chunk_blocks is None else 16 * chunk_blocks
+    assert bitwise_equal(run_draw(draw, g, chunk_elems=chunk), expected)
+    assert same_state(g, g_ref)
+
+
 def test_chunk_bounds_merge_short_tail() -> None:
     assert list(chunk_bounds(100, 32)) == [(0, 32), (32, 64), (64, 100)]
     assert list(chunk_bounds(96, 32)) == [(0, 32), (32, 64), (64, 96)]

@@ -205,14 +205,17 @@ class Stream:
 
     @property
     def numel(self) -> int:
+        """Elements drawn by the stream (before any keep slice)."""
         return sum(d.numel for d in self.draws)
 
     @property
     def output_nbytes(self) -> int:
+        """Bytes of the tensors the stream returns."""
         return sum(d.output_nbytes for d in self.draws)
 
     @property
     def generator_words(self) -> int | None:
+        """32-bit generator words the stream consumes (None if it has a scalar-path draw)."""
         words = [d.generator_words for d in self.draws]
         return None if None in words else sum(w for w in words if w is not None)
 
@@ -252,6 +255,7 @@ class NoisePlan:
 
     @property
     def draw_names(self) -> tuple[str, ...]:
+        """Names of every draw, in stream order."""
         return self._draw_names
 
     @property

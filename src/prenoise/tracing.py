@@ -31,6 +31,7 @@ class Span:
 
     @property
     def duration_s(self) -> float:
+        """`end_s - start_s`."""
         return self.end_s - self.start_s
 
 
@@ -69,6 +70,7 @@ class Tracer:
             return list(self._spans)
 
     def clear(self) -> None:
+        """Forget every recorded span."""
         with self._lock:
             self._spans.clear()
 

@@ -37,7 +37,7 @@ import torch
 
 from prenoise.prediction import MismatchPolicy, PredictionEvent, PredictionMismatchError
 from prenoise.rng_guard import GlobalRNGChangedError, RNGSnapshot, snapshot_global_rng
-from prenoise.tracing import NULL_TRACER, Tracer
+from prenoise.tracing import NULL_TRACER, Category, Tracer
 
 __all__ = ["PreparationExecutor", "PreparationStateError", "Prepared"]
 
@@ -196,7 +196,7 @@ class PreparationExecutor:
 
     def _run(self, job: _Job, work: Callable[[], T]) -> T:
         job.start_states = [g.get_state() for g in job.generators]
-        with self.tracer.span(job.name, "prepare"):
+        with self.tracer.span(job.name, Category.PREPARE):
             return work()
 
     def take(
@@ -230,7 +230,7 @@ class PreparationExecutor:
             self._taken.add(name)
         future = job.future
         del job.future  # an exception's traceback keeps `job` alive: it must not pin the result
-        with self.tracer.span(f"wait:{name}", "wait"):
+        with self.tracer.span(f"wait:{name}", Category.WAIT):
             try:
                 result = future.result()
             except BaseException as error:
@@ -262,7 +262,7 @@ class PreparationExecutor:
         event = PredictionEvent(name, job.predicted, actual)
         event.log()
         self.prediction_events.append(event)
-        with self.tracer.span(f"recompute:{name}", "noise"):
+        with self.tracer.span(f"recompute:{name}", Category.NOISE):
             return recompute()
 
     def cancel_pending(self) -> list[str]:

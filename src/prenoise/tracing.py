@@ -14,7 +14,21 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["NULL_TRACER", "Span", "Tracer"]
+__all__ = ["NULL_TRACER", "Category", "Span", "Tracer", "chrome_trace"]
+
+
+class Category:
+    """Span categories the metrics understand."""
+
+    REQUEST = "request"  # the preparation window: request start → denoise-ready inputs
+    ENCODE = "encode"  # text encode, media decode, media encode
+    NOISE = "noise"  # noise work on the request thread (serial draws; checks, transfers)
+    WAIT = "wait"  # the request thread blocked on a prepared result
+    PREPARE = "prepare"  # prepared work on a worker thread
+    MIX = "mix"  # condition mixing
+    INPUTS = "inputs"  # building denoise inputs
+    DENOISE = "denoise"  # transformer calls / sampler steps
+    DECODE = "decode"  # VAE decode and writing media
 
 
 @dataclass(frozen=True)
@@ -76,3 +90,44 @@ class Tracer:
 
 
 NULL_TRACER = Tracer(enabled=False)
+
+
+def chrome_trace(spans: list[Span], *, process_name: str = "prenoise") -> dict[str, Any]:
+    """Spans as Chrome/Perfetto trace JSON (complete "X" events, µs, one lane per thread).
+
+    Load the `json.dumps` of the result in ui.perfetto.dev or chrome://tracing.
+    """
+    origin = min((s.start_s for s in spans), default=0.0)
+    events: list[dict[str, Any]] = [
+        {"name": "process_name", "ph": "M", "pid": 1, "tid": 0, "args": {"name": process_name}}
+    ]
+    for thread_id, thread_name in sorted({(s.thread_id, s.thread_name) for s in spans}):
+        events.append(
+            {
+                "name": "thread_name",
+                "ph": "M",
+                "pid": 1,
+                "tid": thread_id,
+                "args": {"name": thread_name},
+            }
+        )
+    for s in spans:
+        events.append(
+            {
+                "name": s.name,
+                "cat": s.category or "other",
+                "ph": "X",
+                "pid": 1,
+                "tid": s.thread_id,
+                "ts": (s.start_s - origin) * 1e6,
+                "dur": max(s.duration_s, 0.0) * 1e6,
+                "args": {k: _jsonable(v) for k, v in s.args.items()},
+            }
+        )
+    return {"traceEvents": events, "displayTimeUnit": "ms"}
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, str | int | float | bool) or value is None:
+        return value
+    return str(value)

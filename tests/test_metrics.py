@@ -70,3 +70,29 @@ def test_tracer_records_from_threads() -> None:
         pass
     (s,) = tracer.spans
     assert s.name == "a" and s.args == {"size": 3} and s.end_s >= s.start_s
+
+
+def test_timeline_png(tmp_path: object) -> None:
+    from pathlib import Path
+
+    from prenoise.timeline_plot import plot_timelines
+
+    out = plot_timelines(
+        {"serial": SERIAL, "overlapped": OVERLAPPED}, Path(str(tmp_path)) / "t.png"
+    )
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_peak_rss_reset_and_read() -> None:
+    import torch
+
+    from prenoise.metrics import peak_rss_bytes, reset_peak_rss
+
+    reset_peak_rss()
+    base = peak_rss_bytes()
+    big = torch.ones(64 * 1024 * 1024 // 4)  # 64 MiB touched
+    grown = peak_rss_bytes()
+    del big
+    assert grown >= base + 48 * 1024 * 1024
+    if reset_peak_rss():
+        assert peak_rss_bytes() < grown

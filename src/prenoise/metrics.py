@@ -15,7 +15,14 @@ from dataclasses import dataclass
 
 from prenoise.tracing import Category, Span
 
-__all__ = ["RequestMetrics", "derive_metrics", "intersection_length", "interval_union"]
+__all__ = [
+    "RequestMetrics",
+    "derive_metrics",
+    "intersection_length",
+    "interval_union",
+    "peak_rss_bytes",
+    "reset_peak_rss",
+]
 
 Interval = tuple[float, float]
 
@@ -91,3 +98,27 @@ def derive_metrics(
         mix_s=_length(interval_union(on_request(Category.MIX))),
         peak_rss_bytes=peak_rss_bytes,
     )
+
+
+def reset_peak_rss() -> bool:
+    """Reset the kernel's peak-RSS mark for this process (Linux `clear_refs`); True if it worked."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def peak_rss_bytes() -> int:
+    """Peak resident set size since the last `reset_peak_rss` (or process start), in bytes."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    import resource
+
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024

@@ -1,0 +1,80 @@
+"""PNG timelines of request spans: one panel per arm, one lane per thread (matplotlib)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from prenoise.tracing import Category, Span
+
+__all__ = ["CATEGORY_COLORS", "plot_timelines"]
+
+CATEGORY_COLORS = {
+    Category.ENCODE: "#4c72b0",
+    Category.NOISE: "#c44e52",
+    Category.WAIT: "#dd8452",
+    Category.PREPARE: "#55a868",
+    Category.MIX: "#8172b3",
+    Category.INPUTS: "#937860",
+    Category.DENOISE: "#64b5cd",
+    Category.DECODE: "#8c8c8c",
+}
+
+
+def plot_timelines(arms: Mapping[str, Sequence[Span]], path: Path, *, title: str = "") -> Path:
+    """Draw each arm's spans (x: seconds from that arm's first span; y: thread lanes).
+
+    REQUEST spans are drawn as a thin outline behind the request thread's lane. Writes a PNG.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    fig, axes = plt.subplots(len(arms), 1, figsize=(12, 1.6 + 1.3 * len(arms)), squeeze=False)
+    horizon = max(
+        (
+            max(s.end_s for s in spans) - min(s.start_s for s in spans)
+            for spans in arms.values()
+            if spans
+        ),
+        default=1.0,
+    )
+    for ax, (arm, spans) in zip(axes[:, 0], arms.items(), strict=True):
+        origin = min((s.start_s for s in spans), default=0.0)
+        lanes = {tid: name for tid, name in sorted({(s.thread_id, s.thread_name) for s in spans})}
+        order = {tid: i for i, tid in enumerate(lanes)}
+        for s in spans:
+            y = order[s.thread_id]
+            start, width = s.start_s - origin, s.duration_s
+            if s.category == Category.REQUEST:
+                ax.broken_barh(
+                    [(start, width)],
+                    (y - 0.45, 0.9),
+                    facecolors="none",
+                    edgecolors="black",
+                    linewidth=0.8,
+                )
+                continue
+            ax.broken_barh(
+                [(start, width)],
+                (y - 0.35, 0.7),
+                facecolors=CATEGORY_COLORS.get(s.category, "#cccccc"),
+            )
+        ax.set_yticks(range(len(lanes)), list(lanes.values()))
+        ax.set_xlim(0, horizon * 1.02)
+        ax.set_ylim(-0.6, len(lanes) - 0.4)
+        ax.invert_yaxis()
+        ax.set_title(arm, loc="left", fontsize=10)
+        ax.grid(axis="x", alpha=0.3)
+    axes[-1, 0].set_xlabel("seconds since request start")
+    handles = [Patch(color=c, label=k) for k, c in CATEGORY_COLORS.items()]
+    fig.legend(handles=handles, loc="upper right", ncols=len(handles), fontsize=8)
+    if title:
+        fig.suptitle(title, x=0.01, ha="left", fontsize=11)
+    fig.tight_layout(rect=(0, 0, 1, 0.93))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -45,6 +46,85 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     return 0 if report.equal else 1
 
 
+def _user_errors() -> tuple[type[Exception], ...]:
+    """Errors caused by the user's input: reported in one line, exit status 2."""
+    from prenoise.prediction import PredictionMismatchError
+    from prenoise.ref2va.checkpoint import CheckpointError
+    from prenoise.ref2va.config import RecipeError
+    from prenoise.ref2va.media import MediaError
+
+    return (RecipeError, MediaError, CheckpointError, PredictionMismatchError)
+
+
+def _stage_table(title: str, seconds: dict[str, float]) -> Table:
+    table = Table(title=title)
+    table.add_column("stage")
+    table.add_column("seconds", justify="right")
+    for name, value in seconds.items():
+        table.add_row(name, f"{value:.3f}")
+    return table
+
+
+def _cmd_generate(args: argparse.Namespace) -> int:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn
+
+    from prenoise.ref2va.cli_options import load_models, recipe_from_args
+    from prenoise.ref2va.conditioning import validate_references
+    from prenoise.ref2va.pipeline import Ref2VAPipeline
+    from prenoise.ref2va.sampler import StepInfo
+
+    recipe = recipe_from_args(args)
+    validate_references(recipe.references)  # bad media fails here, before any model work
+    out = Path(args.out) if args.out else recipe.output_dir / f"{recipe.name}.mp4"
+    columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
+    with Progress(*columns, console=console, transient=True) as progress:
+        stage = progress.add_task("load models", total=None)
+        pipeline = Ref2VAPipeline(load_models(recipe), device=recipe.device)
+        steps = progress.add_task("denoise", total=recipe.steps, visible=False)
+
+        def on_stage(name: str) -> None:
+            progress.update(stage, description=name)
+            if name.startswith("denoise"):
+                progress.reset(steps, total=recipe.steps, visible=True, description=name)
+
+        def on_step(info: StepInfo) -> None:
+            progress.update(steps, completed=info.step)
+
+        result = pipeline.generate(recipe, out, args.arm, on_stage=on_stage, callback=on_step)
+    console.print(_stage_table(f"{recipe.name}: {args.arm} arm", result.stage_seconds))
+    for event in result.prediction_events:
+        console.print(f"[yellow]prediction fallback[/]: {event}")
+    for path in result.paths:
+        console.print(f"wrote [bold]{path}[/]")
+    return 0
+
+
+def _cmd_verify(args: argparse.Namespace) -> int:
+    from prenoise.ref2va.cli_options import load_models, recipe_from_args
+    from prenoise.ref2va.conditioning import validate_references
+    from prenoise.ref2va.pipeline import Ref2VAPipeline
+    from prenoise.ref2va.verification import verify_recipe
+
+    recipe = recipe_from_args(args)
+    validate_references(recipe.references)
+    with console.status("preparing the request with both arms…"):
+        pipeline = Ref2VAPipeline(load_models(recipe), device=recipe.device)
+        result = verify_recipe(pipeline, recipe)
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(result.to_json(), indent=2))
+    table = Table(title=f"{recipe.name}: serial vs overlapped")
+    for column in ("field", "equal", "shape", "sha256 (serial)"):
+        table.add_column(column)
+    for name, entry in result.to_json()["fields"].items():
+        mark = "[green]yes[/]" if entry["equal"] else f"[red]NO[/] {entry['differences']}"
+        table.add_row(name, mark, str(entry.get("shape", "")), entry.get("sha256", "")[:16])
+    console.print(table)
+    style = "green" if result.equal else "red"
+    console.print(f"[{style}]{result.summary()}[/]")
+    return 0 if result.equal else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="prenoise",
@@ -57,6 +137,19 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--encode-seconds", type=float, default=0.6)
     demo.set_defaults(func=_cmd_demo)
 
+    from prenoise.ref2va.cli_options import add_request_arguments
+
+    gen = sub.add_parser("generate", help="run a Ref2VA request and write MP4(s)")
+    add_request_arguments(gen)
+    gen.add_argument("--arm", choices=("serial", "overlapped"), default="overlapped")
+    gen.add_argument("--out", help="output MP4 (default: OUTPUT_DIR/NAME.mp4)")
+    gen.set_defaults(func=_cmd_generate)
+
+    ver = sub.add_parser("verify", help="prove both arms prepare bitwise-identical inputs")
+    add_request_arguments(ver)
+    ver.add_argument("--json", help="write the per-field report here")
+    ver.set_defaults(func=_cmd_verify)
+
     cmp_ = sub.add_parser("compare", help="bitwise-compare two torch.save files")
     cmp_.add_argument("a")
     cmp_.add_argument("b")
@@ -68,7 +161,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `prenoise` console script; returns the exit status."""
     args = build_parser().parse_args(argv)
-    return int(args.func(args))
+    try:
+        return int(args.func(args))
+    except _user_errors() as error:
+        console.print(f"[red]error:[/] {error}")
+        return 2
 
 
 if __name__ == "__main__":

@@ -8,6 +8,8 @@ from fractions import Fraction
 
 import torch
 
+from prenoise.layouts import Patchify
+
 FPS = 24
 """Frames per second of every Ref2VA video."""
 LATENT_CHANNELS = 24
@@ -116,20 +118,12 @@ def cover_crop_box(
 
 
 def patchify(x: torch.Tensor, patch: tuple[int, int, int] = PATCH) -> torch.Tensor:
-    """``[n, c, t, h, w]`` -> rows ``[n * t' * h' * w', c * pt * ph * pw]``.
+    """``[n, c, t, h, w]`` -> rows ``[n * t' * h' * w', c * pt * ph * pw]`` (core `Patchify`).
 
     Rows are in (n, t', h', w') order and features in (c, pt, ph, pw) order; for ``n == 1`` and
     patch (1, 2, 2) this is the contract's ``[T * h/2 * w/2, 96]``.
     """
-    if x.dim() != 5:
-        raise ValueError(f"patchify expects [n, c, t, h, w], got shape {tuple(x.shape)}")
-    n, c, t, h, w = x.shape
-    pt, ph, pw = patch
-    if t % pt or h % ph or w % pw:
-        raise ValueError(f"shape {tuple(x.shape)} is not divisible by patch {patch}")
-    v = x.view(n, c, t // pt, pt, h // ph, ph, w // pw, pw)
-    v = v.permute(0, 2, 4, 6, 1, 3, 5, 7).contiguous()
-    return v.view(n * (t // pt) * (h // ph) * (w // pw), c * pt * ph * pw)
+    return Patchify(patch).apply(x)
 
 
 def unpatchify(

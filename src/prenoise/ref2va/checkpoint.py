@@ -1,0 +1,127 @@
+"""Checkpoints: one safetensors file per component plus ``config.json`` in a directory."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+CONFIG_FILE = "config.json"
+"""Name of the config file inside a checkpoint directory."""
+FORMAT = "prenoise-ref2va"
+"""Value of the ``format`` field of ``config.json``."""
+VERSION = 1
+"""Checkpoint layout version."""
+
+
+class CheckpointError(ValueError):
+    """A checkpoint is missing, or does not match the modules it is loaded into."""
+
+
+def _unique_state(module: nn.Module) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """State of ``module`` with tied tensors kept once: ``(unique, alias -> kept name)``."""
+    unique: dict[str, torch.Tensor] = {}
+    aliases: dict[str, str] = {}
+    seen: dict[tuple[Any, ...], str] = {}
+    for name, tensor in module.state_dict().items():
+        key = (tensor.device, tensor.data_ptr(), tuple(tensor.shape), tensor.stride(), tensor.dtype)
+        if tensor.numel() and key in seen:
+            aliases[name] = seen[key]
+            continue
+        seen[key] = name
+        unique[name] = tensor
+    return unique, aliases
+
+
+def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
+    """Nested dicts -> ``{"a.b": value}``."""
+    if not isinstance(data, dict):
+        return {prefix: data}
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        out.update(_flatten(value, f"{prefix}.{key}" if prefix else str(key)))
+    return out
+
+
+def config_mismatches(found: Mapping[str, Any], expected: Mapping[str, Any]) -> list[str]:
+    """Keys (dotted) whose values differ between two nested config dicts, with both values."""
+    a, b = _flatten(dict(found)), _flatten(dict(expected))
+    return [
+        f"{key!r}: checkpoint has {a.get(key, '<missing>')!r}, expected {b.get(key, '<missing>')!r}"
+        for key in sorted(set(a) | set(b))
+        if a.get(key, "<missing>") != b.get(key, "<missing>")
+    ]
+
+
+def save_checkpoint(
+    directory: str | os.PathLike[str], modules: Mapping[str, nn.Module], config: Mapping[str, Any]
+) -> Path:
+    """Write ``<name>.safetensors`` for every module and ``config.json`` holding ``config``."""
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    for name, module in modules.items():
+        unique, _ = _unique_state(module)
+        tensors = {k: v.detach().to("cpu").contiguous() for k, v in unique.items()}
+        save_file(tensors, str(out / f"{name}.safetensors"), metadata={"component": name})
+    meta = {"format": FORMAT, "version": VERSION, "components": sorted(modules), "model": config}
+    (out / CONFIG_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    return out
+
+
+def read_checkpoint_config(directory: str | os.PathLike[str]) -> dict[str, Any]:
+    """The model config stored in a checkpoint directory."""
+    path = Path(directory) / CONFIG_FILE
+    try:
+        meta = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise CheckpointError(f"{path}: no such file (not a checkpoint directory)") from None
+    except json.JSONDecodeError as exc:
+        raise CheckpointError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise CheckpointError(f"{path}: not a {FORMAT} checkpoint")
+    model = meta.get("model")
+    if not isinstance(model, dict):
+        raise CheckpointError(f"{path}: missing 'model' config")
+    return model
+
+
+def load_checkpoint(
+    directory: str | os.PathLike[str],
+    modules: Mapping[str, nn.Module],
+    expected_config: Mapping[str, Any] | None = None,
+) -> None:
+    """Load weights into ``modules`` in place (bit-exact), after checking the config matches."""
+    base = Path(directory)
+    found = read_checkpoint_config(base)
+    if expected_config is not None:
+        diffs = config_mismatches(found, expected_config)
+        if diffs:
+            raise CheckpointError(f"{base}: config mismatch at {diffs[0]}")
+    for name, module in modules.items():
+        path = base / f"{name}.safetensors"
+        if not path.is_file():
+            raise CheckpointError(f"{path}: missing weights for component {name!r}")
+        tensors = load_file(str(path))
+        unique, _ = _unique_state(module)
+        missing = sorted(set(unique) - set(tensors))
+        extra = sorted(set(tensors) - set(unique))
+        if missing:
+            raise CheckpointError(f"{path}: missing tensor {missing[0]!r}")
+        if extra:
+            raise CheckpointError(f"{path}: unexpected tensor {extra[0]!r}")
+        for key, target in unique.items():
+            value = tensors[key]
+            if value.shape != target.shape or value.dtype != target.dtype:
+                raise CheckpointError(
+                    f"{path}: tensor {key!r} is {value.dtype} {tuple(value.shape)}, "
+                    f"module expects {target.dtype} {tuple(target.shape)}"
+                )
+        with torch.no_grad():
+            for key, target in unique.items():
+                target.copy_(tensors[key])

@@ -1,0 +1,78 @@
+"""Request options shared by `prenoise generate`, `verify` and `bench` (recipe + overrides)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from prenoise.ref2va.config import Recipe, load_recipe
+from prenoise.ref2va.models import Ref2VAModels
+
+__all__ = ["add_request_arguments", "load_models", "recipe_from_args", "reference_kind"]
+
+_IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".webp", ".bmp"}
+_AUDIO_SUFFIXES = {".wav", ".mp3", ".flac", ".ogg", ".m4a", ".aac"}
+
+
+def reference_kind(path: Path) -> str:
+    """`image`, `audio` or `video`, from the file suffix."""
+    suffix = path.suffix.lower()
+    if suffix in _IMAGE_SUFFIXES:
+        return "image"
+    if suffix in _AUDIO_SUFFIXES:
+        return "audio"
+    return "video"
+
+
+def add_request_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--recipe` plus the per-request overrides."""
+    parser.add_argument("--recipe", required=True, type=Path, help="YAML recipe")
+    parser.add_argument("--prompt")
+    parser.add_argument(
+        "--reference",
+        action="append",
+        type=Path,
+        metavar="PATH",
+        help="image, video or audio reference (repeatable); replaces the recipe's references",
+    )
+    parser.add_argument("--seed", type=int)
+    parser.add_argument("--duration", type=float, help="seconds (replaces frames)")
+    parser.add_argument("--frames", type=int, help="frames (replaces duration)")
+    parser.add_argument("--width", type=int)
+    parser.add_argument("--height", type=int)
+    parser.add_argument("--steps", type=int)
+    parser.add_argument("--shift-video", type=float)
+    parser.add_argument("--shift-audio", type=float)
+    parser.add_argument("--outputs", type=int)
+    parser.add_argument("--device", help="cpu (default) or cuda")
+    parser.add_argument("--checkpoint", type=Path, help="directory with safetensors + config")
+
+
+def recipe_from_args(args: argparse.Namespace) -> Recipe:
+    """Load the recipe and apply the overrides; validation errors name the key and file."""
+    overrides: dict[str, Any] = {}
+    for key in ("prompt", "seed", "steps", "shift_video", "shift_audio", "outputs", "device"):
+        value = getattr(args, key, None)
+        if value is not None:
+            overrides[key] = value
+    if args.checkpoint is not None:
+        overrides["checkpoint"] = args.checkpoint
+    if args.duration is not None:
+        overrides.update(duration=args.duration, frames=None)
+    if args.frames is not None:
+        overrides.update(frames=args.frames, duration=None)
+    if args.width is not None or args.height is not None:
+        overrides.update(width=args.width, height=args.height, short_edge=None)
+    if args.reference:
+        overrides["references"] = [
+            {"kind": reference_kind(p), "path": str(p)} for p in args.reference
+        ]
+    return load_recipe(args.recipe, **overrides)
+
+
+def load_models(recipe: Recipe) -> Ref2VAModels:
+    """The recipe's models: from `checkpoint` when given (config must match), else embedded."""
+    if recipe.checkpoint is not None:
+        return Ref2VAModels.from_checkpoint(recipe.checkpoint, recipe.model, device=recipe.device)
+    return Ref2VAModels.default(recipe.model, device=recipe.device)

@@ -1,0 +1,118 @@
+"""The encoding stage of a Ref2VA request: prompt and references → clean conditioning.
+
+`Conditioning` is shared by every output of a request and never holds noise. It comes from the
+local encoders (`encode_conditioning`), from another stage (`ExternalConditioning`, nothing is
+encoded here), and may carry a continuation clip's latents (the first visual condition).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from prenoise.ref2va.audio_vae import latents_to_rows
+from prenoise.ref2va.config import Recipe, ReferenceSpec
+from prenoise.ref2va.geometry import patchify
+from prenoise.ref2va.media import MediaError, probe_video, read_image
+from prenoise.ref2va.models import Ref2VAModels
+from prenoise.ref2va.references import encode_reference, ensure_reference
+from prenoise.tracing import NULL_TRACER, Category, Tracer
+
+__all__ = [
+    "Conditioning",
+    "ExternalConditioning",
+    "encode_conditioning",
+    "validate_references",
+]
+
+LatentShape = tuple[int, int, int]
+
+
+@dataclass
+class ExternalConditioning:
+    """Already-encoded conditioning handed over from another stage.
+
+    `text` is `[1, L, d]`; `visual_latents` are `[1, 24, t, h, w]` each; `audio_latents` are
+    `[1, 2, t, 32]` each.
+    """
+
+    text: torch.Tensor
+    text_mask: torch.Tensor | None = None
+    visual_latents: list[torch.Tensor] = field(default_factory=list)
+    audio_latents: list[torch.Tensor] = field(default_factory=list)
+
+
+@dataclass
+class Conditioning:
+    """Clean conditioning shared by all outputs of a request (no noise, ever)."""
+
+    text: torch.Tensor
+    text_mask: torch.Tensor | None
+    visual_latents: list[torch.Tensor]
+    audio_latents: list[torch.Tensor]
+
+    @property
+    def visual_shapes(self) -> list[LatentShape]:
+        """Encoded `(t, h, w)` of each visual condition, in order."""
+        return [(int(x.shape[2]), int(x.shape[3]), int(x.shape[4])) for x in self.visual_latents]
+
+    def visual_rows(self) -> list[torch.Tensor]:
+        """Patchified clean rows `[t·h/2·w/2, 96]` of each visual condition."""
+        return [patchify(x) for x in self.visual_latents]
+
+    def audio_rows(self) -> list[torch.Tensor]:
+        """Clean rows `[2·t, 32]` (channel-major) of each audio condition."""
+        return [latents_to_rows(x) for x in self.audio_latents]
+
+    @classmethod
+    def from_external(
+        cls, external: ExternalConditioning, continuation: torch.Tensor | None = None
+    ) -> Conditioning:
+        """Adopt another stage's conditioning (a continuation clip goes first)."""
+        visual = ([continuation] if continuation is not None else []) + list(
+            external.visual_latents
+        )
+        return cls(external.text, external.text_mask, visual, list(external.audio_latents))
+
+
+def validate_references(references: Sequence[ReferenceSpec]) -> None:
+    """Create missing synthetic references and check every file is readable (cheap, headers)."""
+    for spec in references:
+        path = ensure_reference(spec)
+        if spec.kind == "video":
+            info = probe_video(path)
+            if info.frames_at_24fps < 1:
+                raise MediaError(f"{path}: the video has zero frames")
+        elif spec.kind == "image":
+            read_image(path)
+        elif not path.is_file():
+            raise MediaError(f"{path}: no such file")
+
+
+def encode_conditioning(
+    models: Ref2VAModels,
+    recipe: Recipe,
+    *,
+    continuation: torch.Tensor | None = None,
+    tracer: Tracer = NULL_TRACER,
+) -> Conditioning:
+    """Encode the prompt and every reference (each in its own ENCODE span), in recipe order.
+
+    Visual conditions are the continuation latents (if any), then image/video references in
+    order; audio conditions are video soundtracks and audio clips, in order.
+    """
+    width, height = recipe.size()
+    with tracer.span("text_encode", Category.ENCODE), torch.no_grad():
+        text, mask = models.text_encoder.encode_with_mask([recipe.prompt])
+    visual = [continuation] if continuation is not None else []
+    audio: list[torch.Tensor] = []
+    for k, spec in enumerate(recipe.references):
+        with tracer.span(f"media_encode:{k}:{spec.kind}", Category.ENCODE):
+            encoded = encode_reference(spec, models.video_vae, models.audio_vae, width, height)
+        if encoded.video_latents is not None:
+            visual.append(encoded.video_latents)
+        if encoded.audio_latents is not None:
+            audio.append(encoded.audio_latents)
+    return Conditioning(text, mask, visual, audio)

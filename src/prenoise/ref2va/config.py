@@ -1,0 +1,168 @@
+"""Pydantic configs: model sizes (:class:`ModelConfig`) and requests (:class:`Recipe`)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from prenoise.ref2va import geometry
+from prenoise.ref2va.audio_vae import AudioVAEConfig
+from prenoise.ref2va.text_encoder import TextEncoderConfig
+from prenoise.ref2va.transformer import TransformerConfig
+from prenoise.ref2va.video_vae import VideoVAEConfig
+
+DEFAULT_FRAMES = 124
+"""Default Ref2VA length in frames when a recipe gives neither duration nor frames."""
+
+
+class RecipeError(ValueError):
+    """A recipe file is missing, not YAML, or invalid; one line naming the file and the key."""
+
+
+class ModelConfig(BaseModel):
+    """Sizes of every Ref2VA component plus the weight-initialisation seed."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    text: TextEncoderConfig = TextEncoderConfig()
+    video_vae: VideoVAEConfig = VideoVAEConfig()
+    audio_vae: AudioVAEConfig = AudioVAEConfig()
+    transformer: TransformerConfig = TransformerConfig()
+    init_seed: int = 0
+
+
+class SyntheticSpec(BaseModel):
+    """How to create a missing reference file (a moving pattern with a tone)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    seconds: float = Field(default=2.0, gt=0)
+    width: int = Field(default=256, ge=32)
+    height: int = Field(default=160, ge=32)
+
+
+class ReferenceSpec(BaseModel):
+    """One reference medium: an image, a video (with its audio track) or an audio clip."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["image", "video", "audio"]
+    path: Path
+    synthetic: SyntheticSpec | None = None
+    use_audio: bool = True
+    max_seconds: float | None = Field(default=None, gt=0)
+
+    @property
+    def is_visual(self) -> bool:
+        """Whether this reference gives a visual condition (images and videos)."""
+        return self.kind in ("image", "video")
+
+
+class Recipe(BaseModel):
+    """One Ref2VA request: prompt, references, length, size, seed, sampling and outputs."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = "ref2va"
+    prompt: str
+    references: list[ReferenceSpec] = []
+    duration: float | None = Field(default=None, gt=0)
+    frames: int | None = Field(default=None, ge=1)
+    width: int | None = Field(default=None, ge=32)
+    height: int | None = Field(default=None, ge=32)
+    short_edge: int | None = Field(default=None, ge=32)
+    aspect: str = "16:9"
+    orientation: Literal["landscape", "portrait"] = "landscape"
+    seed: int = 42
+    steps: int = Field(default=50, ge=1)
+    shift_video: float = Field(default=12.0, gt=0)
+    shift_audio: float = Field(default=3.0, gt=0)
+    outputs: int = Field(default=1, ge=1)
+    output_dir: Path = Path("outputs")
+    tau_visual: float = Field(default=0.999, ge=0, le=1)
+    tau_audio: float = Field(default=1.0, ge=0, le=1)
+    device: str = "cpu"
+    model: ModelConfig = ModelConfig()
+    checkpoint: Path | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> Recipe:
+        """Exactly one way to give the length and the size."""
+        if self.duration is not None and self.frames is not None:
+            raise ValueError("give either duration or frames, not both")
+        has_wh = self.width is not None or self.height is not None
+        if has_wh and (self.width is None or self.height is None):
+            raise ValueError("give both width and height")
+        if has_wh and self.short_edge is not None:
+            raise ValueError("give either width+height or short_edge, not both")
+        if not has_wh and self.short_edge is None:
+            raise ValueError("give width+height or short_edge")
+        geometry.parse_aspect(self.aspect)
+        return self
+
+    def size(self) -> tuple[int, int]:
+        """Output ``(width, height)``, floored to multiples of 32."""
+        if self.width is not None and self.height is not None:
+            return geometry.floor_size(self.width, self.height)
+        assert self.short_edge is not None
+        return geometry.size_from_short_edge(self.short_edge, self.aspect, self.orientation)
+
+    def num_frames(self) -> int:
+        """Output frames, aligned up to ``17k + 5``."""
+        if self.duration is not None:
+            return geometry.frames_for_duration(self.duration)
+        return geometry.align_frames_17k5(self.frames or DEFAULT_FRAMES)
+
+    def geometry(self) -> geometry.RequestGeometry:
+        """The request's :class:`~prenoise.ref2va.geometry.RequestGeometry`."""
+        width, height = self.size()
+        return geometry.RequestGeometry.from_frames(self.num_frames(), width, height)
+
+    def output_seed(self, index: int) -> int:
+        """Seed of output ``index`` (``seed + index``)."""
+        return self.seed + index
+
+
+def _format_error(exc: ValidationError) -> str:
+    """One-line summary of a pydantic validation error."""
+    parts: list[str] = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"])
+        if err["type"] == "extra_forbidden":
+            where = ".".join(str(p) for p in err["loc"][:-1])
+            parts.append(f"unknown key {err['loc'][-1]!r}" + (f" in {where}" if where else ""))
+        else:
+            msg = str(err["msg"]).removeprefix("Value error, ")
+            parts.append(f"{loc}: {msg}" if loc else msg)
+    return "; ".join(parts)
+
+
+def recipe_from_dict(data: Any, source: str = "<recipe>") -> Recipe:
+    """Validate a mapping as a :class:`Recipe`, raising :class:`RecipeError` naming ``source``."""
+    if not isinstance(data, dict):
+        raise RecipeError(f"{source}: a recipe must be a mapping, got {type(data).__name__}")
+    try:
+        return Recipe.model_validate(data)
+    except ValidationError as exc:
+        raise RecipeError(f"{source}: {_format_error(exc)}") from None
+
+
+def load_recipe(path: str | os.PathLike[str], **overrides: Any) -> Recipe:
+    """Read a YAML recipe; ``overrides`` replace top-level keys before validation."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise RecipeError(f"{p}: cannot read recipe ({exc.strerror or exc})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise RecipeError(f"{p}: not valid YAML ({first})") from None
+    if isinstance(data, dict):
+        data = {**data, **overrides}
+    return recipe_from_dict(data, str(p))

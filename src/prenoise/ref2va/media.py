@@ -1,0 +1,384 @@
+"""Media I/O with PyAV: images, videos resampled to 24 fps in chunks, audio, MP4 writing."""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import av
+import numpy as np
+import torch
+
+from prenoise.ref2va import geometry
+
+DEFAULT_CHUNK_FRAMES = 17
+"""Frames per decoded chunk (one temporal group of the video VAE)."""
+
+
+class MediaError(ValueError):
+    """A media file is missing, unreadable, or has no usable stream; the message names it."""
+
+
+@dataclass(frozen=True)
+class VideoInfo:
+    """Header facts of a video file."""
+
+    path: Path
+    width: int
+    height: int
+    duration_s: float
+    has_audio: bool
+    frames_at_24fps: int
+    """Frames :func:`iter_video_frames` gives at 24 fps: ``ceil(duration * 24)`` (exact)."""
+
+
+def _open(path: str | os.PathLike[str]) -> Any:
+    """Open a media file for reading, with a one-line :class:`MediaError` on failure."""
+    p = Path(path)
+    if not p.is_file():
+        raise MediaError(f"{p}: no such file")
+    try:
+        return av.open(str(p))
+    except (av.FFmpegError, OSError, ValueError) as exc:
+        raise MediaError(f"{p}: cannot read media ({type(exc).__name__}: {exc})") from exc
+
+
+def _frame_to_array(frame: Any, width: int | None, height: int | None) -> np.ndarray:
+    """Convert a decoded frame to RGB uint8 ``[H, W, 3]``, cover-scaled and centre-cropped."""
+    if width is None or height is None:
+        return np.asarray(frame.to_ndarray(format="rgb24"))
+    scaled_w, scaled_h, left, top = geometry.cover_crop_box(
+        frame.width, frame.height, width, height
+    )
+    rgb = frame.reformat(
+        width=scaled_w, height=scaled_h, format="rgb24", interpolation="BILINEAR"
+    ).to_ndarray()
+    return np.ascontiguousarray(rgb[top : top + height, left : left + width])
+
+
+def read_image(
+    path: str | os.PathLike[str], width: int | None = None, height: int | None = None
+) -> torch.Tensor:
+    """Decode an image (PNG, JPEG, ...) to uint8 RGB ``[H, W, 3]``, optionally cover-cropped."""
+    with _open(path) as container:
+        if not container.streams.video:
+            raise MediaError(f"{path}: no image stream")
+        try:
+            for frame in container.decode(video=0):
+                return torch.from_numpy(_frame_to_array(frame, width, height))
+        except av.FFmpegError as exc:
+            raise MediaError(f"{path}: cannot decode image ({exc})") from exc
+    raise MediaError(f"{path}: image has no frames")
+
+
+def write_image(path: str | os.PathLike[str], image: torch.Tensor) -> Path:
+    """Write a uint8 RGB image ``[H, W, 3]`` as PNG."""
+    arr = image.detach().cpu().numpy()
+    codec = av.CodecContext.create("png", "w")
+    codec.width, codec.height, codec.pix_fmt = arr.shape[1], arr.shape[0], "rgb24"
+    packets = codec.encode(av.VideoFrame.from_ndarray(arr, format="rgb24"))
+    packets += codec.encode(None)
+    out = Path(path)
+    out.write_bytes(b"".join(bytes(p) for p in packets))
+    return out
+
+
+def probe_video(path: str | os.PathLike[str]) -> VideoInfo:
+    """Read the header of a video: size, duration, whether it has audio."""
+    with _open(path) as container:
+        if not container.streams.video:
+            raise MediaError(f"{path}: video has no frames (no video stream)")
+        stream = container.streams.video[0]
+        if stream.duration is not None and stream.time_base is not None:
+            duration = Fraction(stream.duration) * Fraction(stream.time_base)
+        elif container.duration is not None:
+            duration = Fraction(container.duration, av.time_base)
+        else:
+            duration = Fraction(0)
+        return VideoInfo(
+            path=Path(path),
+            width=int(stream.codec_context.width),
+            height=int(stream.codec_context.height),
+            duration_s=float(duration),
+            has_audio=bool(container.streams.audio),
+            frames_at_24fps=math.ceil(duration * geometry.FPS),
+        )
+
+
+def iter_video_frames(
+    path: str | os.PathLike[str],
+    width: int | None = None,
+    height: int | None = None,
+    fps: int = geometry.FPS,
+    max_frames: int | None = None,
+) -> Iterator[np.ndarray]:
+    """Yield RGB uint8 frames ``[H, W, 3]`` resampled to ``fps`` by timestamp.
+
+    Output frame ``i`` shows the source frame displayed at time ``i / fps`` (from the first
+    frame's timestamp). Frames are cover-scaled and centre-cropped to ``width x height``.
+    """
+    emitted = 0
+    with _open(path) as container:
+        if not container.streams.video:
+            raise MediaError(f"{path}: video has no frames (no video stream)")
+        stream = container.streams.video[0]
+        stream.thread_type = "AUTO"
+        rate = stream.average_rate
+        step = Fraction(1, fps)
+        start: Fraction | None = None
+        prev: Any = None
+        prev_ts = Fraction(0)
+        cached: np.ndarray | None = None
+        last_gap: Fraction | None = None
+        try:
+            for frame in container.decode(stream):
+                ts = _timestamp(frame, stream)
+                if start is None:
+                    start = ts
+                ts -= start
+                if prev is not None:
+                    last_gap = ts - prev_ts
+                    while emitted * step < ts:
+                        if cached is None:
+                            cached = _frame_to_array(prev, width, height)
+                        yield cached
+                        emitted += 1
+                        if max_frames is not None and emitted >= max_frames:
+                            return
+                prev, prev_ts, cached = frame, ts, None
+        except av.FFmpegError as exc:
+            raise MediaError(f"{path}: cannot decode video ({exc})") from exc
+        if prev is None:
+            raise MediaError(f"{path}: video has no frames")
+        duration = Fraction(1, 1) / Fraction(rate) if rate else (last_gap or step)
+        while emitted * step < prev_ts + duration and (max_frames is None or emitted < max_frames):
+            if cached is None:
+                cached = _frame_to_array(prev, width, height)
+            yield cached
+            emitted += 1
+
+
+def _timestamp(frame: Any, stream: Any) -> Fraction:
+    """Presentation time of a frame as an exact fraction of seconds."""
+    if frame.pts is not None and stream.time_base is not None:
+        return Fraction(frame.pts) * Fraction(stream.time_base)
+    return Fraction(frame.time or 0.0)
+
+
+def iter_video_chunks(
+    path: str | os.PathLike[str],
+    width: int | None = None,
+    height: int | None = None,
+    chunk_frames: int = DEFAULT_CHUNK_FRAMES,
+    fps: int = geometry.FPS,
+    max_frames: int | None = None,
+) -> Iterator[torch.Tensor]:
+    """Yield uint8 chunks ``[n, H, W, 3]`` (``n <= chunk_frames``) of a video at ``fps``."""
+    if chunk_frames < 1:
+        raise ValueError(f"chunk_frames must be positive, got {chunk_frames}")
+    batch: list[np.ndarray] = []
+    for arr in iter_video_frames(path, width, height, fps, max_frames):
+        batch.append(arr)
+        if len(batch) == chunk_frames:
+            yield torch.from_numpy(np.stack(batch))
+            batch = []
+    if batch:
+        yield torch.from_numpy(np.stack(batch))
+
+
+def read_audio(
+    path: str | os.PathLike[str], sample_rate: int = 16000, max_seconds: float | None = None
+) -> torch.Tensor:
+    """Decode the first audio stream to float32 stereo ``[2, n]`` at ``sample_rate``."""
+    audio = read_audio_if_any(path, sample_rate, max_seconds)
+    if audio is None:
+        raise MediaError(f"{path}: no audio stream")
+    return audio
+
+
+def read_audio_if_any(
+    path: str | os.PathLike[str], sample_rate: int = 16000, max_seconds: float | None = None
+) -> torch.Tensor | None:
+    """Like :func:`read_audio`, but ``None`` when the file has no audio stream."""
+    with _open(path) as container:
+        if not container.streams.audio:
+            return None
+        stream = container.streams.audio[0]
+        limit = None
+        if stream.duration is not None and stream.time_base is not None:
+            limit = round(stream.duration * stream.time_base * sample_rate)
+        if max_seconds is not None:
+            cap = round(max_seconds * sample_rate)
+            limit = cap if limit is None else min(limit, cap)
+        resampler = av.AudioResampler(format="fltp", layout="stereo", rate=sample_rate)
+        parts: list[np.ndarray] = []
+        try:
+            for frame in container.decode(audio=0):
+                parts.extend(f.to_ndarray() for f in resampler.resample(frame))
+            parts.extend(f.to_ndarray() for f in resampler.resample(None))
+        except av.FFmpegError as exc:
+            raise MediaError(f"{path}: cannot decode audio ({exc})") from exc
+    wav = np.concatenate(parts, axis=1) if parts else np.zeros((2, 0), np.float32)
+    if limit is not None:
+        wav = wav[:, :limit]
+    return torch.from_numpy(np.ascontiguousarray(wav, dtype=np.float32))
+
+
+def video_codec_name() -> str:
+    """Best H.264 encoder the bundled FFmpeg has (``libx264``), else ``mpeg4``."""
+    for name in ("libx264", "libopenh264", "mpeg4"):
+        if name in av.codecs_available:
+            return name
+    raise MediaError("PyAV has no H.264 or MPEG-4 encoder")
+
+
+def write_mp4(
+    path: str | os.PathLike[str],
+    frames: Iterable[torch.Tensor],
+    audio: torch.Tensor | None = None,
+    fps: int = geometry.FPS,
+    sample_rate: int = 16000,
+    crf: int = 18,
+    preset: str = "veryfast",
+) -> Path:
+    """Write uint8 frame chunks ``[n, H, W, 3]`` (H.264) and stereo audio ``[2, n]`` (AAC).
+
+    The file is written under a temporary name in the same directory and renamed on success;
+    on any error the temporary file is removed and no partial output is left.
+    """
+    out = Path(path)
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.partial.mp4")
+    try:
+        _write_mp4(tmp, iter(frames), audio, fps, sample_rate, crf, preset)
+        os.replace(tmp, out)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return out
+
+
+def _write_mp4(
+    path: Path,
+    chunks: Iterator[torch.Tensor],
+    audio: torch.Tensor | None,
+    fps: int,
+    sample_rate: int,
+    crf: int,
+    preset: str,
+) -> None:
+    """Body of :func:`write_mp4`, writing directly to ``path``."""
+    first = next(chunks, None)
+    if first is None or first.shape[0] == 0:
+        raise MediaError(f"{path}: no frames to write")
+    if first.dim() != 4 or first.shape[-1] != 3 or first.dtype != torch.uint8:
+        raise ValueError(f"frames must be uint8 [n, H, W, 3], got {first.dtype} {first.shape}")
+    height, width = int(first.shape[1]), int(first.shape[2])
+    with av.open(str(path), "w", format="mp4") as container:
+        codec = video_codec_name()
+        vstream: Any = container.add_stream(codec, rate=fps)
+        vstream.width, vstream.height, vstream.pix_fmt = width, height, "yuv420p"
+        if codec == "libx264":
+            vstream.options = {"crf": str(crf), "preset": preset}
+        astream: Any = None
+        if audio is not None:
+            astream = container.add_stream("aac", rate=sample_rate, layout="stereo")
+        if astream is not None and audio is not None:
+            _encode_audio(container, astream, audio, sample_rate)
+        for chunk in _chain(first, chunks):
+            for arr in chunk.detach().cpu().numpy():
+                frame = av.VideoFrame.from_ndarray(arr, format="rgb24")
+                container.mux(vstream.encode(frame))
+        container.mux(vstream.encode(None))
+
+
+def _encode_audio(container: Any, stream: Any, audio: torch.Tensor, sample_rate: int) -> None:
+    """Encode a whole stereo waveform ``[2, n]`` into ``stream``."""
+    wav = audio.detach().to("cpu", torch.float32)
+    if wav.dim() == 1:
+        wav = wav.unsqueeze(0)
+    if wav.shape[0] == 1:
+        wav = wav.expand(2, -1)
+    arr = np.ascontiguousarray(wav.clamp(-1.0, 1.0).numpy())
+    frame = av.AudioFrame.from_ndarray(arr, format="fltp", layout="stereo")
+    frame.sample_rate = sample_rate
+    frame.pts = 0
+    container.mux(stream.encode(frame))
+    container.mux(stream.encode(None))
+
+
+def _chain(first: torch.Tensor, rest: Iterator[torch.Tensor]) -> Iterator[torch.Tensor]:
+    """``first`` followed by ``rest``."""
+    yield first
+    yield from rest
+
+
+def synthetic_frames(
+    seconds: float, width: int, height: int, fps: int = geometry.FPS, chunk_frames: int = 24
+) -> Iterator[torch.Tensor]:
+    """A moving colour pattern as uint8 chunks ``[n, height, width, 3]``."""
+    total = round(seconds * fps)
+    ys = np.arange(height, dtype=np.int32)[:, None]
+    xs = np.arange(width, dtype=np.int32)[None, :]
+    for start in range(0, total, chunk_frames):
+        batch = []
+        for i in range(start, min(total, start + chunk_frames)):
+            r = (xs * 256 // width + 4 * i) % 256 + 0 * ys
+            g = (ys * 256 // height + 2 * i) % 256 + 0 * xs
+            cx = width / 2 + width / 3 * math.cos(2 * math.pi * i / (fps * 2))
+            cy = height / 2 + height / 3 * math.sin(2 * math.pi * i / (fps * 2))
+            disc = ((xs - cx) ** 2 + (ys - cy) ** 2) < (min(width, height) / 6) ** 2
+            b = np.where(disc, 255, 64)
+            batch.append(np.stack([r, g, b], axis=-1).astype(np.uint8))
+        yield torch.from_numpy(np.stack(batch))
+
+
+def synthetic_tone(
+    seconds: float, sample_rate: int, left_hz: float = 440.0, right_hz: float = 660.0
+) -> torch.Tensor:
+    """A stereo tone ``[2, n]`` at amplitude 0.3 (different pitch per channel)."""
+    t = torch.arange(round(seconds * sample_rate), dtype=torch.float64) / sample_rate
+    wav = torch.stack([torch.sin(2 * math.pi * left_hz * t), torch.sin(2 * math.pi * right_hz * t)])
+    return (0.3 * wav).to(torch.float32)
+
+
+def make_synthetic_reference(
+    path: str | os.PathLike[str],
+    seconds: float,
+    width: int,
+    height: int,
+    fps: int = geometry.FPS,
+    sample_rate: int = 44100,
+) -> Path:
+    """Write a real MP4 (H.264 moving pattern + AAC stereo tone) of ``seconds`` seconds."""
+    if seconds <= 0:
+        raise ValueError(f"seconds must be positive, got {seconds!r}")
+    return write_mp4(
+        path,
+        synthetic_frames(seconds, width, height, fps),
+        synthetic_tone(seconds, sample_rate),
+        fps=fps,
+        sample_rate=sample_rate,
+        preset="ultrafast",
+    )
+
+
+def write_wav(path: str | os.PathLike[str], audio: torch.Tensor, sample_rate: int) -> Path:
+    """Write a stereo waveform ``[2, n]`` in [-1, 1] as 16-bit PCM WAV."""
+    wav = audio.detach().to("cpu", torch.float32)
+    wav = wav.unsqueeze(0) if wav.dim() == 1 else wav
+    wav = wav.expand(2, -1) if wav.shape[0] == 1 else wav
+    pcm = (wav.clamp(-1.0, 1.0) * 32767.0).round().to(torch.int16).T.contiguous().numpy()
+    out = Path(path)
+    with av.open(str(out), "w", format="wav") as container:
+        stream: Any = container.add_stream("pcm_s16le", rate=sample_rate, layout="stereo")
+        frame = av.AudioFrame.from_ndarray(pcm.reshape(1, -1), format="s16", layout="stereo")
+        frame.sample_rate = sample_rate
+        frame.pts = 0
+        container.mux(stream.encode(frame))
+        container.mux(stream.encode(None))
+    return out

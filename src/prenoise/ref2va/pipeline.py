@@ -1,0 +1,388 @@
+"""The Ref2VA pipeline: two preparation arms behind one call, then denoise, decode, write MP4.
+
+- `serial`: encode the prompt and references, then draw the noise (the original pipeline).
+- `overlapped`: submit the first output's draws to a request-owned `PreparationExecutor` before
+  encoding starts, predict each visual condition's latent shape with the very VAE methods the
+  encoder uses, and confirm it against the encoded shape before the prepared noise is consumed.
+
+Both arms give bitwise-identical denoise inputs (`prenoise verify` proves it). Continuation
+requests, external conditioning and outputs after the first always draw serially. Consumed host
+noise is released before the denoising loop: only the denoise inputs reference it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Literal
+
+import torch
+
+from prenoise.draws import run_stream
+from prenoise.executor import PreparationExecutor
+from prenoise.mixing import mix_conditions
+from prenoise.prediction import MismatchPolicy, PredictionEvent
+from prenoise.ref2va.audio_vae import latents_from_rows
+from prenoise.ref2va.conditioning import (
+    Conditioning,
+    ExternalConditioning,
+    encode_conditioning,
+    validate_references,
+)
+from prenoise.ref2va.config import Recipe
+from prenoise.ref2va.geometry import RequestGeometry, unpatchify
+from prenoise.ref2va.media import write_mp4
+from prenoise.ref2va.models import Ref2VAModels
+from prenoise.ref2va.noise import NoiseFields, condition_streams, initial_noise_streams
+from prenoise.ref2va.references import predict_reference_shape
+from prenoise.ref2va.sampler import FlowEulerSampler, StepCallback
+from prenoise.tracing import NULL_TRACER, Category, Tracer
+
+__all__ = [
+    "Arm",
+    "DenoiseInputs",
+    "GenerationResult",
+    "PreparedOutput",
+    "Ref2VAPipeline",
+    "output_path",
+]
+
+Arm = Literal["serial", "overlapped"]
+ARMS: tuple[Arm, ...] = ("serial", "overlapped")
+
+
+@dataclass
+class DenoiseInputs:
+    """Everything the denoising loop of one output receives (on the pipeline's device)."""
+
+    video_rows: torch.Tensor
+    audio_rows: torch.Tensor
+    condition_rows: torch.Tensor | None
+    audio_condition_rows: torch.Tensor | None
+    text: torch.Tensor
+    text_mask: torch.Tensor | None
+
+    def release_video_rows(self) -> torch.Tensor:
+        """Hand over the initial video rows; this object keeps an empty placeholder."""
+        rows, self.video_rows = self.video_rows, _RELEASED
+        return rows
+
+    def release_audio_rows(self) -> torch.Tensor:
+        """Hand over the initial audio rows; this object keeps an empty placeholder."""
+        rows, self.audio_rows = self.audio_rows, _RELEASED
+        return rows
+
+
+_RELEASED = torch.empty(0)
+
+
+@dataclass
+class PreparedOutput:
+    """One output ready to denoise. `noise` is kept only when asked (verification)."""
+
+    index: int
+    seed: int
+    inputs: DenoiseInputs
+    used_prepared_noise: bool
+    noise: NoiseFields | None = None
+
+
+@dataclass
+class GenerationResult:
+    """Paths written, per-stage seconds and prediction events of one request."""
+
+    paths: list[Path]
+    stage_seconds: dict[str, float]
+    prediction_events: list[PredictionEvent] = field(default_factory=list)
+
+
+def output_path(out: Path, index: int) -> Path:
+    """`out` for the first output, `out` with `-{index}` before the suffix for the others."""
+    return out if index == 0 else out.with_name(f"{out.stem}-{index}{out.suffix}")
+
+
+class Ref2VAPipeline:
+    """Runs Ref2VA requests with the models loaded once (`models` on `device`).
+
+    `mismatch_policy` decides what happens when a predicted condition shape differs from the
+    encoded one: FALLBACK (default) discards the prepared noise, draws serially and records the
+    event; RAISE fails the request. The result is identical to the serial arm either way.
+    """
+
+    def __init__(
+        self,
+        models: Ref2VAModels,
+        *,
+        device: torch.device | str = "cpu",
+        mismatch_policy: MismatchPolicy = MismatchPolicy.FALLBACK,
+    ) -> None:
+        self.models = models
+        self.device = torch.device(device)
+        self.mismatch_policy = mismatch_policy
+
+    # -- preparation ---------------------------------------------------------------------------
+    def prepare(
+        self,
+        recipe: Recipe,
+        arm: Arm = "overlapped",
+        *,
+        continuation: torch.Tensor | None = None,
+        external: ExternalConditioning | None = None,
+        keep_noise: bool = False,
+        tracer: Tracer = NULL_TRACER,
+    ) -> tuple[Conditioning, PreparedOutput, list[PredictionEvent]]:
+        """Prepare the first output: encode (or adopt) the conditioning, draw and mix the noise.
+
+        Returns the shared conditioning, the first output's denoise inputs and any prediction
+        events. The overlapped arm is used only for a fresh request with local encoding.
+        """
+        if arm not in ARMS:
+            raise ValueError(f"unknown arm {arm!r}; choose one of {ARMS}")
+        geo = recipe.geometry()
+        with tracer.span("prepare", Category.REQUEST, arm=arm):
+            if external is None:
+                validate_references(recipe.references)
+            if arm == "overlapped" and continuation is None and external is None:
+                conditioning, noise, events = self._prepare_overlapped(recipe, geo, tracer)
+                used = True
+            else:
+                if external is not None:
+                    conditioning = Conditioning.from_external(external, continuation)
+                else:
+                    conditioning = encode_conditioning(
+                        self.models, recipe, continuation=continuation, tracer=tracer
+                    )
+                noise = self._draw_serial(recipe.output_seed(0), geo, conditioning, tracer)
+                events, used = [], False
+            inputs = self._build_inputs(recipe, conditioning, noise, tracer)
+            prepared = PreparedOutput(0, recipe.output_seed(0), inputs, used)
+            if keep_noise:
+                prepared.noise = noise
+            del noise  # the host noise now lives only in `inputs` (and `prepared.noise` if kept)
+        return conditioning, prepared, events
+
+    def prepare_next(
+        self,
+        recipe: Recipe,
+        conditioning: Conditioning,
+        index: int,
+        *,
+        keep_noise: bool = False,
+        tracer: Tracer = NULL_TRACER,
+    ) -> PreparedOutput:
+        """Prepare output `index` ≥ 1 (seed + index) serially from the shared conditioning."""
+        seed = recipe.output_seed(index)
+        noise = self._draw_serial(seed, recipe.geometry(), conditioning, tracer)
+        inputs = self._build_inputs(recipe, conditioning, noise, tracer)
+        prepared = PreparedOutput(index, seed, inputs, False, noise if keep_noise else None)
+        del noise
+        return prepared
+
+    def _draw_serial(
+        self, seed: int, geo: RequestGeometry, conditioning: Conditioning, tracer: Tracer
+    ) -> NoiseFields:
+        video, audio = initial_noise_streams(seed, geo.T, geo.h, geo.w, geo.audio_t)
+        with tracer.span("draw:initial_video_noise", Category.NOISE):
+            video_noise = run_stream(video)["initial_video_noise"]
+        with tracer.span("draw:initial_audio_noise", Category.NOISE):
+            audio_noise = run_stream(audio)["initial_audio_noise"]
+        with tracer.span("draw:visual_condition_noise", Category.NOISE):
+            parts = [
+                run_stream(s)[s.name]
+                for s in condition_streams(seed, geo.T, conditioning.visual_shapes)
+            ]
+            cond_noise = _concat(parts)
+        return NoiseFields(video_noise, audio_noise, cond_noise)
+
+    def _prepare_overlapped(
+        self, recipe: Recipe, geo: RequestGeometry, tracer: Tracer
+    ) -> tuple[Conditioning, NoiseFields, list[PredictionEvent]]:
+        seed = recipe.output_seed(0)
+        width, height = recipe.size()
+        with tracer.span("predict_condition_shapes", Category.NOISE):
+            predicted = [
+                shape
+                for spec in recipe.references
+                if (shape := predict_reference_shape(spec, self.models.video_vae, width, height))
+                is not None
+            ]
+        video, audio = initial_noise_streams(seed, geo.T, geo.h, geo.w, geo.audio_t)
+        with PreparationExecutor(name="ref2va-prep", tracer=tracer) as prep:
+            cond_jobs = [
+                prep.submit(stream.name, partial(run_stream, stream), predicted=shape)
+                for stream, shape in zip(
+                    condition_streams(seed, geo.T, predicted), predicted, strict=True
+                )
+            ]
+            video_job = prep.submit(video.name, partial(run_stream, video))
+            audio_job = prep.submit(audio.name, partial(run_stream, audio))
+
+            conditioning = encode_conditioning(self.models, recipe, tracer=tracer)
+
+            actual = conditioning.visual_shapes
+            if len(actual) != len(predicted):
+                raise RuntimeError(
+                    f"predicted {len(predicted)} visual conditions, encoded {len(actual)}"
+                )
+            with tracer.span("take:noise", Category.NOISE):
+                fallback = condition_streams(seed, geo.T, actual)
+                parts = [
+                    prep.take(
+                        job,
+                        actual=shape,
+                        policy=self.mismatch_policy,
+                        recompute=partial(run_stream, stream),
+                    )[job.name]
+                    for job, shape, stream in zip(cond_jobs, actual, fallback, strict=True)
+                ]
+                cond_noise = _concat(parts)
+                del parts
+                video_noise = prep.take(video_job)[video.name]
+                audio_noise = prep.take(audio_job)[audio.name]
+            events = list(prep.prediction_events)
+        return conditioning, NoiseFields(video_noise, audio_noise, cond_noise), events
+
+    def _build_inputs(
+        self, recipe: Recipe, conditioning: Conditioning, noise: NoiseFields, tracer: Tracer
+    ) -> DenoiseInputs:
+        device = self.device
+        cond_rows = audio_cond_rows = None
+        visual_rows = conditioning.visual_rows()
+        if visual_rows:
+            with tracer.span("mix:visual", Category.MIX):
+                cond_rows = mix_conditions(
+                    [r.to(device) for r in visual_rows],
+                    _require(noise.visual_condition_noise),
+                    [recipe.tau_visual] * len(visual_rows),
+                )
+        audio_rows = conditioning.audio_rows()
+        if audio_rows:
+            with tracer.span("mix:audio", Category.MIX):
+                audio_cond_rows = mix_conditions(
+                    [r.to(device) for r in audio_rows],
+                    _no_audio_condition_noise,
+                    [recipe.tau_audio] * len(audio_rows),
+                )
+        with tracer.span("inputs", Category.INPUTS):
+            return DenoiseInputs(
+                video_rows=noise.initial_video_noise.to(device),
+                audio_rows=noise.initial_audio_noise.to(device),
+                condition_rows=cond_rows,
+                audio_condition_rows=audio_cond_rows,
+                text=conditioning.text.to(device),
+                text_mask=None if conditioning.text_mask is None else conditioning.text_mask,
+            )
+
+    # -- denoise, decode, write ------------------------------------------------------------------
+    def denoise(
+        self,
+        recipe: Recipe,
+        prepared: PreparedOutput,
+        *,
+        callback: StepCallback | None = None,
+        tracer: Tracer = NULL_TRACER,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Run the sampler; takes ownership of `prepared.inputs` (cleared to free the noise)."""
+        inputs = prepared.inputs
+        transformer = self.models.transformer
+        summary = transformer.summarize_conditions(
+            inputs.condition_rows, inputs.audio_condition_rows
+        )
+        velocity = transformer.velocity_fn(inputs.text, summary, inputs.text_mask)
+        sampler = FlowEulerSampler(recipe.steps, recipe.shift_video, recipe.shift_audio)
+        with tracer.span("denoise", Category.DENOISE, steps=recipe.steps):
+            # Hand the noise rows over without keeping a reference here: the sampler's first
+            # update replaces them, so the initial noise dies after step 1.
+            return sampler.sample(
+                velocity,
+                inputs.release_video_rows(),
+                inputs.release_audio_rows(),
+                callback=callback,
+            )
+
+    def decode_and_write(
+        self,
+        recipe: Recipe,
+        video_rows: torch.Tensor,
+        audio_rows: torch.Tensor,
+        path: Path,
+        *,
+        tracer: Tracer = NULL_TRACER,
+    ) -> Path:
+        """Decode the final rows and write an MP4 (H.264 + AAC) atomically."""
+        geo = recipe.geometry()
+        models = self.models
+        with tracer.span("decode", Category.DECODE):
+            latents = unpatchify(video_rows.float().cpu(), (1, 24, geo.T, geo.h, geo.w))
+            waveform = models.audio_vae.decode(latents_from_rows(audio_rows.float()))
+            path.parent.mkdir(parents=True, exist_ok=True)
+            return write_mp4(
+                path,
+                models.video_vae.decode_stream(latents),
+                waveform.cpu(),
+                sample_rate=models.audio_vae.sample_rate,
+            )
+
+    def generate(
+        self,
+        recipe: Recipe,
+        out: Path,
+        arm: Arm = "overlapped",
+        *,
+        continuation: torch.Tensor | None = None,
+        external: ExternalConditioning | None = None,
+        on_stage: Callable[[str], None] | None = None,
+        callback: StepCallback | None = None,
+        tracer: Tracer | None = None,
+    ) -> GenerationResult:
+        """Run a whole request: prepare, then denoise, decode and write every output."""
+        tracer = tracer or Tracer()
+        stage = on_stage or (lambda _name: None)
+        paths: list[Path] = []
+        stage("prepare")
+        conditioning, prepared, events = self.prepare(
+            recipe, arm, continuation=continuation, external=external, tracer=tracer
+        )
+        for index in range(recipe.outputs):
+            if index > 0:
+                stage(f"prepare output {index}")
+                prepared = self.prepare_next(recipe, conditioning, index, tracer=tracer)
+            stage(f"denoise output {index}")
+            video, audio = self.denoise(recipe, prepared, callback=callback, tracer=tracer)
+            del prepared
+            stage(f"decode output {index}")
+            paths.append(
+                self.decode_and_write(recipe, video, audio, output_path(out, index), tracer=tracer)
+            )
+        return GenerationResult(paths, stage_seconds(tracer), events)
+
+
+def stage_seconds(tracer: Tracer) -> dict[str, float]:
+    """Seconds per span name on the calling thread (summed), in first-seen order."""
+    ident = threading.get_ident()
+    totals: dict[str, float] = {}
+    for span in tracer.spans:
+        if span.thread_id == ident:
+            totals[span.name] = totals.get(span.name, 0.0) + span.duration_s
+    return totals
+
+
+def _concat(parts: list[torch.Tensor]) -> torch.Tensor | None:
+    if not parts:
+        return None
+    return parts[0] if len(parts) == 1 else torch.cat(parts)
+
+
+def _require(noise: torch.Tensor | None) -> torch.Tensor:
+    if noise is None:
+        raise RuntimeError("visual conditions present but no visual-condition noise was drawn")
+    return noise
+
+
+def _no_audio_condition_noise() -> torch.Tensor:
+    raise ValueError(
+        "tau_audio must be 1.0: the Ref2VA contract defines no noise for audio conditions"
+    )

@@ -1,0 +1,99 @@
+"""Reference media of a recipe: create synthetic ones, predict their latent shapes, encode them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from prenoise.ref2va import media
+from prenoise.ref2va.audio_vae import AudioVAE
+from prenoise.ref2va.config import ReferenceSpec
+from prenoise.ref2va.geometry import FPS
+from prenoise.ref2va.video_vae import VideoVAE
+
+
+@dataclass(frozen=True)
+class EncodedReference:
+    """Latents of one reference: visual ``[1, 24, t, h, w]`` and/or audio ``[1, 2, t, 32]``."""
+
+    spec: ReferenceSpec
+    video_latents: torch.Tensor | None
+    audio_latents: torch.Tensor | None
+    num_frames: int
+
+
+def ensure_reference(spec: ReferenceSpec) -> Path:
+    """Path of the reference, first writing it from ``spec.synthetic`` when it is missing."""
+    path = Path(spec.path)
+    if path.exists() or spec.synthetic is None:
+        return path
+    syn = spec.synthetic
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if spec.kind == "video":
+        return media.make_synthetic_reference(path, syn.seconds, syn.width, syn.height)
+    if spec.kind == "image":
+        first = next(media.synthetic_frames(1 / FPS, syn.width, syn.height))
+        return media.write_image(path, first[0])
+    return media.write_wav(path, media.synthetic_tone(syn.seconds, 16000), 16000)
+
+
+def reference_frame_count(spec: ReferenceSpec) -> int:
+    """Frames a visual reference is expected to give at 24 fps (1 for an image), from headers."""
+    if spec.kind == "image":
+        return 1
+    if spec.kind != "video":
+        raise ValueError(f"{spec.path}: an {spec.kind} reference has no frames")
+    frames = media.probe_video(spec.path).frames_at_24fps
+    if spec.max_seconds is not None:
+        frames = min(frames, round(spec.max_seconds * FPS))
+    return max(frames, 1)
+
+
+def predict_reference_shape(
+    spec: ReferenceSpec, vae: VideoVAE, width: int, height: int
+) -> tuple[int, int, int] | None:
+    """Predicted visual latent ``(t, h, w)`` of a reference (None for audio references)."""
+    if not spec.is_visual:
+        return None
+    return vae.predict_video_latent_shape(reference_frame_count(spec), height, width)
+
+
+def encode_reference(
+    spec: ReferenceSpec,
+    video_vae: VideoVAE,
+    audio_vae: AudioVAE,
+    width: int,
+    height: int,
+    chunk_frames: int = media.DEFAULT_CHUNK_FRAMES,
+) -> EncodedReference:
+    """Decode and encode one reference, streaming video chunks into the VAE."""
+    path = ensure_reference(spec)
+    video = audio = None
+    frames = 0
+    if spec.kind == "image":
+        video = video_vae.encode_image(media.read_image(path, width, height), height, width)
+        frames = 1
+    elif spec.kind == "video":
+        max_frames = None if spec.max_seconds is None else round(spec.max_seconds * FPS)
+        counted: list[int] = []
+
+        def chunks() -> Iterator[torch.Tensor]:
+            for chunk in media.iter_video_chunks(
+                path, width, height, chunk_frames, FPS, max_frames
+            ):
+                counted.append(int(chunk.shape[0]))
+                yield chunk
+
+        video = video_vae.encode_stream(chunks(), height, width)
+        frames = sum(counted)
+        if spec.use_audio:
+            wav = media.read_audio_if_any(path, audio_vae.sample_rate, spec.max_seconds)
+            if wav is not None and wav.shape[1] >= audio_vae.config.hop:
+                audio = audio_vae.encode(wav)
+    else:
+        wav = media.read_audio(path, audio_vae.sample_rate, spec.max_seconds)
+        audio = audio_vae.encode(wav)
+    return EncodedReference(spec=spec, video_latents=video, audio_latents=audio, num_frames=frames)

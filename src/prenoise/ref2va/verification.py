@@ -1,0 +1,120 @@
+"""`prenoise verify` for Ref2VA: both arms on one request, every prepared field compared bitwise."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from prenoise.ref2va.config import Recipe
+from prenoise.ref2va.pipeline import PreparedOutput, Ref2VAPipeline
+from prenoise.rng_guard import snapshot_global_rng
+from prenoise.tracing import Tracer
+from prenoise.verify import FieldReport, TensorInfo, compare
+
+__all__ = ["VerifyResult", "prepared_fields", "verify_recipe"]
+
+NOISE_FIELDS = ("initial_video_noise", "initial_audio_noise", "visual_condition_noise")
+INPUT_FIELDS = (
+    "video_rows",
+    "audio_rows",
+    "condition_rows",
+    "audio_condition_rows",
+    "text",
+    "text_mask",
+)
+
+
+def prepared_fields(outputs: list[PreparedOutput]) -> dict[str, torch.Tensor | None]:
+    """Named fields of prepared outputs: the contract's noise fields as drawn, then every denoise
+    input (`denoise.*`). Output i ≥ 1 is prefixed `output{i}.`."""
+    fields: dict[str, torch.Tensor | None] = {}
+    for out in outputs:
+        prefix = "" if out.index == 0 else f"output{out.index}."
+        if out.noise is None:
+            raise ValueError("verification needs outputs prepared with keep_noise=True")
+        for name in NOISE_FIELDS:
+            fields[prefix + name] = getattr(out.noise, name)
+        for name in INPUT_FIELDS:
+            fields[f"{prefix}denoise.{name}"] = getattr(out.inputs, name)
+    return fields
+
+
+@dataclass
+class VerifyResult:
+    """The verdict, its JSON form and the per-arm stage seconds."""
+
+    equal: bool
+    rng_state_unchanged: bool
+    fields: dict[str, FieldReport]
+    used_prepared_noise: bool
+    prediction_events: list[str]
+
+    def to_json(self) -> dict[str, Any]:
+        """`{"equal", "rng_state_unchanged", "fields": {NAME: {...}}, ...}` (serial digests)."""
+        out: dict[str, Any] = {
+            "equal": self.equal,
+            "rng_state_unchanged": self.rng_state_unchanged,
+            "used_prepared_noise": self.used_prepared_noise,
+            "prediction_events": self.prediction_events,
+            "fields": {},
+        }
+        for name, report in self.fields.items():
+            entry: dict[str, Any] = {"equal": report.equal, "differences": report.differences}
+            if isinstance(report.a, TensorInfo):
+                info = report.a
+                entry.update(
+                    sha256=info.sha256,
+                    shape=info.shape,
+                    dtype=info.dtype,
+                    device=info.device,
+                    stride=info.stride,
+                )
+            out["fields"][name] = entry
+        return out
+
+    def summary(self) -> str:
+        """One line for the terminal."""
+        n = len(self.fields)
+        bad = [name for name, f in self.fields.items() if not f.equal]
+        verdict = "bitwise equal" if not bad else f"DIFFERENT ({', '.join(bad)})"
+        rng = "unchanged" if self.rng_state_unchanged else "CHANGED"
+        return f"{verdict}: {n - len(bad)}/{n} fields; global RNG {rng}"
+
+
+def _prepare_all(
+    pipeline: Ref2VAPipeline, recipe: Recipe, arm: str, tracer: Tracer
+) -> tuple[list[PreparedOutput], list[str]]:
+    conditioning, first, events = pipeline.prepare(
+        recipe,
+        "overlapped" if arm == "overlapped" else "serial",
+        keep_noise=True,
+        tracer=tracer,
+    )
+    outputs = [first]
+    outputs += [
+        pipeline.prepare_next(recipe, conditioning, i, keep_noise=True, tracer=tracer)
+        for i in range(1, recipe.outputs)
+    ]
+    return outputs, [f"{e.name}: predicted {e.predicted}, actual {e.actual}" for e in events]
+
+
+def verify_recipe(pipeline: Ref2VAPipeline, recipe: Recipe) -> VerifyResult:
+    """Prepare every output with both arms and compare all fields bitwise.
+
+    `equal` is True only when every field is bitwise equal (values, shape, dtype, device,
+    strides, storage offset) and the global RNG state is unchanged by both arms.
+    """
+    before = snapshot_global_rng()
+    serial, _ = _prepare_all(pipeline, recipe, "serial", Tracer(enabled=False))
+    overlapped, events = _prepare_all(pipeline, recipe, "overlapped", Tracer(enabled=False))
+    rng_unchanged = not before.differences(snapshot_global_rng())
+    report = compare(prepared_fields(serial), prepared_fields(overlapped))
+    return VerifyResult(
+        equal=report.equal and rng_unchanged,
+        rng_state_unchanged=rng_unchanged,
+        fields=report.fields,
+        used_prepared_noise=overlapped[0].used_prepared_noise,
+        prediction_events=events,
+    )

@@ -17,8 +17,11 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m pip install -q --disable-pip-version-check -e '.[dev]' $(TORCH_PIN)
 	touch $(STAMP)
 
+DEMO_RECIPE := recipes/ref2va-demo.yaml
+
 demo: $(STAMP)
-	$(VENV)/bin/prenoise demo
+	$(VENV)/bin/prenoise generate --recipe $(DEMO_RECIPE)
+	$(VENV)/bin/prenoise verify --recipe $(DEMO_RECIPE) --json outputs/ref2va-demo/verify.json
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests

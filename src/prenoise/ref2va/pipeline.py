@@ -361,12 +361,16 @@ class Ref2VAPipeline:
 
 
 def stage_seconds(tracer: Tracer) -> dict[str, float]:
-    """Seconds per span name on the calling thread (summed), in first-seen order."""
+    """Seconds per stage on the calling thread, in first-seen order.
+
+    Spans named `kind:detail` (e.g. `wait:initial_video_noise`) are summed under `kind`.
+    """
     ident = threading.get_ident()
     totals: dict[str, float] = {}
     for span in tracer.spans:
         if span.thread_id == ident:
-            totals[span.name] = totals.get(span.name, 0.0) + span.duration_s
+            key = span.name.split(":", 1)[0]
+            totals[key] = totals.get(key, 0.0) + span.duration_s
     return totals
 
 

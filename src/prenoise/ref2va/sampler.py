@@ -59,7 +59,6 @@ class FlowEulerSampler:
             self.steps, self.shift_audio
         )
 
-    @torch.no_grad()
     def sample(
         self,
         velocity: VelocityFn,
@@ -74,23 +73,25 @@ class FlowEulerSampler:
         reference frees the initial noise after step 1. ``velocity`` gets the current rows and
         0-dim float32 sigmas on the rows' device.
         """
-        sig_v, sig_a = self.schedules()
-        x_v, x_a = video, audio
-        del video, audio
-        for i in range(self.steps):
-            s_v, s_a = sig_v[i].to(x_v.device), sig_a[i].to(x_a.device)
-            v_v, v_a = velocity(x_v, x_a, s_v, s_a)
-            x_v = x_v + (sig_v[i + 1] - sig_v[i]).to(x_v.device) * v_v.to(x_v.dtype)
-            x_a = x_a + (sig_a[i + 1] - sig_a[i]).to(x_a.device) * v_a.to(x_a.dtype)
-            if callback is not None:
-                callback(
-                    StepInfo(
-                        step=i + 1,
-                        total=self.steps,
-                        sigma_video=float(sig_v[i]),
-                        sigma_audio=float(sig_a[i]),
-                        next_sigma_video=float(sig_v[i + 1]),
-                        next_sigma_audio=float(sig_a[i + 1]),
+        # A context manager, not @torch.no_grad(): a decorator's *args would pin the inputs.
+        with torch.no_grad():
+            sig_v, sig_a = self.schedules()
+            x_v, x_a = video, audio
+            del video, audio
+            for i in range(self.steps):
+                s_v, s_a = sig_v[i].to(x_v.device), sig_a[i].to(x_a.device)
+                v_v, v_a = velocity(x_v, x_a, s_v, s_a)
+                x_v = x_v + (sig_v[i + 1] - sig_v[i]).to(x_v.device) * v_v.to(x_v.dtype)
+                x_a = x_a + (sig_a[i + 1] - sig_a[i]).to(x_a.device) * v_a.to(x_a.dtype)
+                if callback is not None:
+                    callback(
+                        StepInfo(
+                            step=i + 1,
+                            total=self.steps,
+                            sigma_video=float(sig_v[i]),
+                            sigma_audio=float(sig_a[i]),
+                            next_sigma_video=float(sig_v[i + 1]),
+                            next_sigma_audio=float(sig_a[i + 1]),
+                        )
                     )
-                )
-        return x_v, x_a
+            return x_v, x_a

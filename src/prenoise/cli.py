@@ -125,6 +125,61 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     return 0 if result.equal else 1
 
 
+def _bench_table(summary: dict[str, object]) -> Table:
+    serial, overlapped, delta = (summary[k] for k in ("serial", "overlapped", "delta"))
+    assert isinstance(serial, dict) and isinstance(overlapped, dict) and isinstance(delta, dict)
+    table = Table(title=f"{summary['recipe']}: {summary['pairs']} pairs, {summary['timed']}")
+    table.add_column("metric (median)", no_wrap=True)
+    for column in ("serial", "overlapped", "Δ per pair", "Δ min…max"):
+        table.add_column(column, justify="right", no_wrap=True)
+    for metric, stats in serial.items():
+        fmt = (lambda v: f"{v / 2**20:.0f}MiB") if metric == "peak_rss_bytes" else "{:.3f}".format
+        d = delta.get(metric, {"median": 0.0, "per_pair": [0.0]})
+        table.add_row(
+            metric,
+            fmt(stats["median"]),
+            fmt(overlapped[metric]["median"]),
+            fmt(d["median"]),
+            f"{fmt(min(d['per_pair']))}…{fmt(max(d['per_pair']))}",
+        )
+    return table
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from prenoise.ref2va.bench import BenchConfig, run_bench
+    from prenoise.ref2va.cli_options import load_models, recipe_from_args
+    from prenoise.ref2va.conditioning import validate_references
+    from prenoise.ref2va.pipeline import Ref2VAPipeline
+
+    recipe = recipe_from_args(args)
+    validate_references(recipe.references)
+    config = BenchConfig(args.pairs, args.warmup, args.full, args.encoder_threads)
+    with console.status("loading models…") as status:
+        pipeline = Ref2VAPipeline(load_models(recipe), device=recipe.device)
+        result = run_bench(pipeline, recipe, config, on_request=status.update)
+    summary = result.summary
+    console.print(_bench_table(summary))
+    console.print(f"threads: {summary['threads']}; machine: {summary['machine']}", soft_wrap=True)
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(summary, indent=2))
+        console.print(f"wrote {args.json}")
+    if args.trace_dir:
+        from prenoise.timeline_plot import plot_timelines
+
+        trace_dir = Path(args.trace_dir)
+        trace_dir.mkdir(parents=True, exist_ok=True)
+        for arm, trace in result.chrome_traces().items():
+            (trace_dir / f"{recipe.name}-{arm}.trace.json").write_text(json.dumps(trace))
+        png = plot_timelines(
+            result.last_spans(),
+            trace_dir / f"{recipe.name}-timeline.png",
+            title=f"{recipe.name}: last pair, threads as lanes",
+        )
+        console.print(f"wrote Chrome traces and {png} to {trace_dir}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="prenoise",
@@ -150,6 +205,18 @@ def build_parser() -> argparse.ArgumentParser:
     ver.add_argument("--json", help="write the per-field report here")
     ver.set_defaults(func=_cmd_verify)
 
+    bench = sub.add_parser("bench", help="alternating serial/overlapped pairs, same process")
+    add_request_arguments(bench)
+    bench.add_argument("--pairs", type=int, default=5)
+    bench.add_argument("--warmup", type=int, default=2)
+    bench.add_argument("--full", action="store_true", help="time whole requests, not preparation")
+    bench.add_argument(
+        "--encoder-threads", type=int, help="torch intra-op threads for the encoders"
+    )
+    bench.add_argument("--json", help="write the summary here")
+    bench.add_argument("--trace-dir", help="write Chrome traces and a PNG timeline here")
+    bench.set_defaults(func=_cmd_bench)
+
     cmp_ = sub.add_parser("compare", help="bitwise-compare two torch.save files")
     cmp_.add_argument("a")
     cmp_.add_argument("b")
@@ -164,7 +231,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except _user_errors() as error:
-        console.print(f"[red]error:[/] {error}")
+        console.print(f"[red]error:[/] {error}", soft_wrap=True)
         return 2
 
 

@@ -1,0 +1,41 @@
+"""Overlapped, bit-identical noise for diffusers pipelines (`pip install prenoise[diffusers]`).
+
+- `overlapped_call(pipe, **kwargs)` returns exactly what `pipe(**kwargs)` returns (bitwise) and
+  leaves the caller's generator(s) exactly where the plain call leaves them, while the noise is
+  drawn on a worker thread during prompt (and image) encoding.
+- `enable(pipe)` / `disable(pipe)` route plain `pipe(...)` calls of one instance through it.
+- `overlapped_call_with_report` also returns a `CallReport` (fell through? draws served? wait).
+
+Unpredictable calls run the plain call; the reason is logged once on the logger
+"prenoise.integrations.diffusers". Tested with diffusers 0.42.1 (`TESTED_DIFFUSERS_VERSIONS`).
+"""
+
+from prenoise.integrations.diffusers.call import (
+    CallReport,
+    overlapped_call,
+    overlapped_call_with_report,
+    plan_call,
+)
+from prenoise.integrations.diffusers.enabling import disable, enable, is_enabled, original_class
+from prenoise.integrations.diffusers.plan import PlannedDraw, Unpredictable
+from prenoise.integrations.diffusers.registry import (
+    TESTED_DIFFUSERS_VERSIONS,
+    register_plan,
+    supported,
+)
+
+__all__ = [
+    "TESTED_DIFFUSERS_VERSIONS",
+    "CallReport",
+    "PlannedDraw",
+    "Unpredictable",
+    "disable",
+    "enable",
+    "is_enabled",
+    "original_class",
+    "overlapped_call",
+    "overlapped_call_with_report",
+    "plan_call",
+    "register_plan",
+    "supported",
+]

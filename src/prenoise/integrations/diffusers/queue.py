@@ -1,0 +1,225 @@
+"""The replay queue of one overlapped call: prepared draws handed out in order, checked first.
+
+Each `PlannedDraw` is one job on the call's `PreparationExecutor` (one lane, so the jobs run in
+plan order on the caller's generators). The worker records every generator's state before it
+draws. When the pipeline calls `randn_tensor` in the call's context:
+
+- a call that uses none of the planned generators (e.g. `generator=None`) runs unchanged;
+- a call that matches the next planned draw — shape, dtype, the same generator objects, a CPU
+  draw, strided layout — gets the prepared tensor (moved to the requested device, as
+  `randn_tensor` does); the values are those `torch.randn` gives on the generator in the state
+  the serial call would have it in, because the same draws ran before it in the same order;
+- anything else (a mismatch, or a failed prepared job) *settles* the queue: pending jobs are
+  cancelled, running ones joined, each generator is set back to its state before the first
+  unconsumed draw — exactly where the serial call has it — and this and every later call runs
+  the original `randn_tensor`.
+
+`finish` settles whatever was not consumed, so the generators end exactly where the serial call
+leaves them also when the call raises or draws less than planned.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from prenoise.draws import Draw, HalfDrawRule, run_draw
+from prenoise.executor import PreparationExecutor
+from prenoise.integrations.diffusers.patching import RandnTensor
+from prenoise.integrations.diffusers.plan import PlannedDraw
+
+__all__ = ["ReplayQueue"]
+
+logger = logging.getLogger("prenoise.integrations.diffusers")
+
+
+@dataclass
+class _Entry:
+    planned: PlannedDraw
+    job: str
+    draws: tuple[Draw, ...]
+    before: list[tuple[torch.Generator, torch.Tensor]] | None = field(default=None, repr=False)
+
+
+def _unique(generators: Sequence[torch.Generator]) -> list[torch.Generator]:
+    seen: dict[int, torch.Generator] = {}
+    for g in generators:
+        seen.setdefault(id(g), g)
+    return list(seen.values())
+
+
+def _normalize(generator: object) -> tuple[torch.Generator, ...] | None:
+    if generator is None:
+        return None
+    if isinstance(generator, list):
+        return tuple(generator)
+    if isinstance(generator, torch.Generator):
+        return (generator,)
+    return None
+
+
+def _bind(
+    shape: Any,
+    generator: Any = None,
+    device: Any = None,
+    dtype: Any = None,
+    layout: Any = None,
+) -> tuple[Any, Any, Any, Any, Any]:
+    return shape, generator, device, dtype, layout
+
+
+class ReplayQueue:
+    """Prepared draws of one call, served in plan order to matching `randn_tensor` calls."""
+
+    def __init__(self, planned: Sequence[PlannedDraw]) -> None:
+        self._executor: PreparationExecutor | None = None
+        self._entries = [self._entry(i, p) for i, p in enumerate(planned)]
+        self._generator_ids = {id(g) for p in planned for g in p.generators}
+        self._position = 0
+        self._active = True
+        self._lock = threading.Lock()
+        self.wait_s = 0.0
+        self.mismatch: str | None = None
+
+    @staticmethod
+    def _entry(index: int, planned: PlannedDraw) -> _Entry:
+        # Built on the request thread: an invalid draw raises here, before anything runs.
+        row = planned.shape if len(planned.generators) == 1 else (1, *planned.shape[1:])
+        draws = tuple(
+            Draw(f"{planned.label}.{i}", row, planned.dtype, half_rule=HalfDrawRule.NATIVE)
+            for i in range(len(planned.generators))
+        )
+        return _Entry(planned, f"{index}:{planned.label}", draws)
+
+    # -- preparation (worker thread) ------------------------------------------------------------
+    def start(self, executor: PreparationExecutor) -> None:
+        """Submit one job per planned draw to `executor` (an open one), in plan order."""
+        self._executor = executor
+        for entry in self._entries:
+            executor.submit(
+                entry.job,
+                lambda entry=entry: self._draw(entry),  # type: ignore[misc]
+                predicted=entry.planned.key,
+                generators=_unique(entry.planned.generators),
+            )
+
+    @staticmethod
+    def _draw(entry: _Entry) -> torch.Tensor:
+        generators = entry.planned.generators
+        entry.before = [(g, g.get_state()) for g in _unique(generators)]
+        rows = [
+            run_draw(d, g, allow_scalar_path=True)
+            for d, g in zip(entry.draws, generators, strict=True)
+        ]
+        return rows[0] if len(rows) == 1 else torch.cat(rows, dim=0)
+
+    # -- consumption (request thread) -----------------------------------------------------------
+    @property
+    def served(self) -> int:
+        """Prepared draws handed to the pipeline so far."""
+        return self._position
+
+    @property
+    def planned(self) -> tuple[PlannedDraw, ...]:
+        return tuple(e.planned for e in self._entries)
+
+    def serve(self, original: RandnTensor, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """Answer one `randn_tensor(*args, **kwargs)` call of this context (see module doc)."""
+        try:
+            shape, generator, device, dtype, layout = _bind(*args, **kwargs)
+        except TypeError:
+            return original(*args, **kwargs)
+        gens = _normalize(generator)
+        with self._lock:
+            if (
+                not self._active
+                or self._position >= len(self._entries)
+                or gens is None
+                or not any(id(g) in self._generator_ids for g in gens)
+            ):
+                return original(*args, **kwargs)
+            entry = self._entries[self._position]
+            assert self._executor is not None
+            problem = self._check(entry, shape, gens, device, dtype, layout)
+            if problem is None:
+                start = time.perf_counter()
+                try:
+                    tensor: torch.Tensor = self._executor.take(entry.job, actual=entry.planned.key)
+                except Exception as error:  # a failed preparation never reaches the caller
+                    problem = f"prepared draw {entry.planned.label!r} failed: {error!r}"
+                else:
+                    self._position += 1
+                    out = tensor.to(_target_device(device))
+                    self.wait_s += time.perf_counter() - start
+                    return out
+            self._settle_locked(problem)
+        return original(*args, **kwargs)
+
+    @staticmethod
+    def _check(
+        entry: _Entry,
+        shape: Any,
+        gens: tuple[torch.Generator, ...],
+        device: Any,
+        dtype: Any,
+        layout: Any,
+    ) -> str | None:
+        planned = entry.planned
+        if not isinstance(shape, tuple | torch.Size):
+            return f"shape {shape!r} is not a tuple"
+        actual_dtype = dtype if dtype is not None else torch.get_default_dtype()
+        actual = (tuple(shape), actual_dtype, tuple(id(g) for g in gens))
+        if actual != planned.key:
+            return (
+                f"expected {planned.describe()}, the call drew {list(shape)} {actual_dtype} "
+                f"on {len(gens)} generator(s)"
+            )
+        if layout not in (None, torch.strided):
+            return f"layout {layout}"
+        if device is None and torch.get_default_device().type != "cpu":
+            return f"device=None with default device {torch.get_default_device()}"
+        return None
+
+    def _settle_locked(self, problem: str) -> None:
+        if not self._active:
+            return
+        self._active = False
+        self.mismatch = problem
+        remaining = self._entries[self._position :]
+        if not remaining or self._executor is None:
+            return
+        cancelled = set(self._executor.cancel_pending())
+        for entry in remaining:
+            if entry.job in cancelled:
+                continue
+            try:
+                self._executor.take(entry.job, actual=entry.planned.key)  # joins; result dropped
+            except Exception as error:
+                logger.debug("discarded prepared draw %s failed: %r", entry.job, error)
+        restored: set[int] = set()
+        for entry in remaining:
+            for g, state in entry.before or ():
+                if id(g) not in restored:
+                    g.set_state(state)
+                    restored.add(id(g))
+
+    def finish(self) -> str | None:
+        """Settle draws the call did not consume; returns why the plan was left, if it was."""
+        with self._lock:
+            if self._active and self._position < len(self._entries):
+                left = ", ".join(e.planned.label for e in self._entries[self._position :])
+                self._settle_locked(f"the call did not make the planned draw(s): {left}")
+            self._active = False
+            return self.mismatch
+
+
+def _target_device(device: Any) -> torch.device:
+    if isinstance(device, str):
+        device = torch.device(device)
+    return device or torch.device("cpu")

@@ -1,0 +1,57 @@
+"""Which pipeline classes have a noise plan, and which diffusers versions the plans were tested on.
+
+Classes are matched exactly (module and qualified name): a subclass may draw differently, so it
+runs the plain call until a plan is registered for it. Only plans tested bitwise against the plain
+call on tiny pipelines are registered (HunyuanVideo, StableAudio and LTX2 are not yet).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from prenoise.integrations.diffusers.pipelines.cogvideox import plan_cogvideox, plan_cogvideox_i2v
+from prenoise.integrations.diffusers.pipelines.flux import plan_flux
+from prenoise.integrations.diffusers.pipelines.ltx import plan_ltx, plan_ltx_i2v
+from prenoise.integrations.diffusers.pipelines.wan import plan_wan, plan_wan_i2v
+from prenoise.integrations.diffusers.plan import BoundCall, PlannedDraw
+
+__all__ = ["TESTED_DIFFUSERS_VERSIONS", "Planner", "planner_for", "register_plan", "supported"]
+
+TESTED_DIFFUSERS_VERSIONS = frozenset({"0.42.1"})
+"""diffusers versions whose draw order the plans were checked on (others fall through)."""
+
+Planner = Callable[[Any, BoundCall, tuple[torch.Generator, ...]], list[PlannedDraw]]
+
+_PLANS: dict[str, Planner] = {
+    "diffusers.pipelines.wan.pipeline_wan.WanPipeline": plan_wan,
+    "diffusers.pipelines.wan.pipeline_wan_i2v.WanImageToVideoPipeline": plan_wan_i2v,
+    "diffusers.pipelines.flux.pipeline_flux.FluxPipeline": plan_flux,
+    "diffusers.pipelines.ltx.pipeline_ltx.LTXPipeline": plan_ltx,
+    "diffusers.pipelines.ltx.pipeline_ltx_image2video.LTXImageToVideoPipeline": plan_ltx_i2v,
+    "diffusers.pipelines.cogvideo.pipeline_cogvideox.CogVideoXPipeline": plan_cogvideox,
+    "diffusers.pipelines.cogvideo.pipeline_cogvideox_image2video.CogVideoXImageToVideoPipeline": (
+        plan_cogvideox_i2v
+    ),
+}
+
+
+def _path(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def planner_for(cls: type) -> Planner | None:
+    """The plan of exactly this class (None when it has none)."""
+    return _PLANS.get(_path(cls))
+
+
+def register_plan(class_path: str, planner: Planner) -> None:
+    """Register (or replace) the plan of the class at `module.QualName`."""
+    _PLANS[class_path] = planner
+
+
+def supported() -> tuple[str, ...]:
+    """Qualified names of the classes with a plan."""
+    return tuple(sorted(_PLANS))

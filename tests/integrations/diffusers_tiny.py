@@ -1,0 +1,370 @@
+"""Tiny diffusers pipelines built offline from small configs with seeded random weights.
+
+Every builder seeds the global RNG inside `torch.random.fork_rng()`, so building never changes
+the caller's global RNG state and two builds are identical.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+from tokenizers import Tokenizer, models, pre_tokenizers
+from transformers import PreTrainedTokenizerFast, T5Config, T5EncoderModel
+
+WORDS = [
+    "a",
+    "cat",
+    "dog",
+    "monkey",
+    "dance",
+    "on",
+    "the",
+    "moon",
+    "red",
+    "blue",
+    "negative",
+    "bad",
+    "video",
+    "of",
+    "in",
+    "sky",
+]
+
+
+def tokenizer(max_length: int = 16) -> PreTrainedTokenizerFast:
+    vocab = {"<pad>": 0, "</s>": 1, "<unk>": 2, **{w: i + 3 for i, w in enumerate(WORDS)}}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        pad_token="<pad>",
+        eos_token="</s>",
+        unk_token="<unk>",
+        model_max_length=max_length,
+    )
+
+
+def t5_encoder(d_model: int = 32) -> T5EncoderModel:
+    config = T5Config(
+        vocab_size=len(WORDS) + 3,
+        d_model=d_model,
+        d_ff=37,
+        d_kv=8,
+        num_layers=2,
+        num_heads=4,
+        relative_attention_num_buckets=8,
+    )
+    return T5EncoderModel(config).eval()
+
+
+@contextmanager
+def _seeded(seed: int = 0) -> Iterator[None]:
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        yield
+
+
+def wan(ti2v: bool = False, image_to_video: bool = False) -> Any:
+    """WanPipeline (2.1: 16 latent channels, /8) or its 2.2 TI2V layout (48 channels, /16)."""
+    from diffusers import (
+        AutoencoderKLWan,
+        FlowMatchEulerDiscreteScheduler,
+        WanImageToVideoPipeline,
+        WanPipeline,
+        WanTransformer3DModel,
+    )
+
+    z_dim = 48 if ti2v else 16
+    with _seeded():
+        vae_kwargs: dict[str, Any] = {
+            "base_dim": 3 if not ti2v else 8,
+            "z_dim": z_dim,
+            "dim_mult": [1, 1, 1, 1],
+            "num_res_blocks": 1,
+            "temperal_downsample": [False, True, True],
+            "latents_mean": [0.0] * z_dim,
+            "latents_std": [1.0] * z_dim,
+        }
+        if ti2v:
+            vae_kwargs.update(
+                is_residual=True,
+                in_channels=12,
+                out_channels=12,
+                patch_size=2,
+                scale_factor_spatial=16,
+            )
+        vae = AutoencoderKLWan(**vae_kwargs).eval()
+        in_channels = z_dim * 2 + 4 if image_to_video and not ti2v else z_dim
+        transformer = WanTransformer3DModel(
+            patch_size=(1, 2, 2),
+            num_attention_heads=2,
+            attention_head_dim=12,
+            in_channels=in_channels,
+            out_channels=z_dim,
+            text_dim=32,
+            freq_dim=256,
+            ffn_dim=32,
+            num_layers=2,
+            cross_attn_norm=True,
+            qk_norm="rms_norm_across_heads",
+            rope_max_seq_len=32,
+        ).eval()
+        encoder = t5_encoder()
+    cls = WanImageToVideoPipeline if image_to_video else WanPipeline
+    return cls(
+        tokenizer=tokenizer(),
+        text_encoder=encoder,
+        vae=vae,
+        scheduler=FlowMatchEulerDiscreteScheduler(shift=7.0),
+        transformer=transformer,
+        expand_timesteps=ti2v,
+    )
+
+
+def flux() -> Any:
+    from diffusers import (
+        AutoencoderKL,
+        FlowMatchEulerDiscreteScheduler,
+        FluxPipeline,
+        FluxTransformer2DModel,
+    )
+    from transformers import CLIPTextConfig, CLIPTextModel
+
+    with _seeded():
+        transformer = FluxTransformer2DModel(
+            patch_size=1,
+            in_channels=4,
+            num_layers=1,
+            num_single_layers=1,
+            attention_head_dim=16,
+            num_attention_heads=2,
+            joint_attention_dim=32,
+            pooled_projection_dim=32,
+            axes_dims_rope=[4, 4, 8],
+        ).eval()
+        clip = CLIPTextModel(
+            CLIPTextConfig(
+                bos_token_id=0,
+                eos_token_id=1,
+                pad_token_id=0,
+                hidden_size=32,
+                intermediate_size=37,
+                num_attention_heads=4,
+                num_hidden_layers=2,
+                vocab_size=len(WORDS) + 3,
+                projection_dim=32,
+                max_position_embeddings=77,
+            )
+        ).eval()
+        t5 = t5_encoder()
+        vae = AutoencoderKL(
+            sample_size=32,
+            in_channels=3,
+            out_channels=3,
+            block_out_channels=(4,),
+            layers_per_block=1,
+            latent_channels=1,
+            norm_num_groups=1,
+            use_quant_conv=False,
+            use_post_quant_conv=False,
+            shift_factor=0.0609,
+            scaling_factor=1.5035,
+        ).eval()
+    return FluxPipeline(
+        scheduler=FlowMatchEulerDiscreteScheduler(),
+        vae=vae,
+        text_encoder=clip,
+        tokenizer=tokenizer(77),
+        text_encoder_2=t5,
+        tokenizer_2=tokenizer(16),
+        transformer=transformer,
+    )
+
+
+def ltx(image_to_video: bool = False, timestep_conditioning: bool = True) -> Any:
+    from diffusers import (
+        AutoencoderKLLTXVideo,
+        FlowMatchEulerDiscreteScheduler,
+        LTXImageToVideoPipeline,
+        LTXPipeline,
+        LTXVideoTransformer3DModel,
+    )
+
+    with _seeded():
+        transformer = LTXVideoTransformer3DModel(
+            in_channels=8,
+            out_channels=8,
+            patch_size=1,
+            patch_size_t=1,
+            num_attention_heads=4,
+            attention_head_dim=8,
+            cross_attention_dim=32,
+            num_layers=1,
+            caption_channels=32,
+        ).eval()
+        vae = AutoencoderKLLTXVideo(
+            in_channels=3,
+            out_channels=3,
+            latent_channels=8,
+            block_out_channels=(8, 8, 8, 8),
+            decoder_block_out_channels=(8, 8, 8, 8),
+            layers_per_block=(1, 1, 1, 1, 1),
+            decoder_layers_per_block=(1, 1, 1, 1, 1),
+            spatio_temporal_scaling=(True, True, False, False),
+            decoder_spatio_temporal_scaling=(True, True, False, False),
+            decoder_inject_noise=(False, False, False, False, False),
+            upsample_residual=(False, False, False, False),
+            upsample_factor=(1, 1, 1, 1),
+            timestep_conditioning=timestep_conditioning,
+            patch_size=1,
+            patch_size_t=1,
+            encoder_causal=True,
+            decoder_causal=False,
+        ).eval()
+        vae.use_framewise_encoding = False
+        vae.use_framewise_decoding = False
+        encoder = t5_encoder()
+    cls = LTXImageToVideoPipeline if image_to_video else LTXPipeline
+    return cls(
+        scheduler=FlowMatchEulerDiscreteScheduler(),
+        vae=vae,
+        text_encoder=encoder,
+        tokenizer=tokenizer(),
+        transformer=transformer,
+    )
+
+
+BUILDERS: dict[str, Callable[[], Any]] = {
+    "wan21": wan,
+    "wan22_ti2v": lambda: wan(ti2v=True),
+    "wan_i2v": lambda: wan(image_to_video=True),
+    "flux": flux,
+    "ltx": ltx,
+    "ltx_i2v": lambda: ltx(image_to_video=True),
+}
+
+
+# -- call arguments ---------------------------------------------------------------------------
+
+VIDEO = {"num_frames": 9, "num_inference_steps": 2, "max_sequence_length": 16, "output_type": "pt"}
+
+
+def image(seed: int = 0, size: int = 32) -> Any:
+    import numpy as np
+    import PIL.Image
+
+    pixels = np.random.RandomState(seed).rand(size, size, 3) * 255
+    return PIL.Image.fromarray(pixels.astype("uint8"))
+
+
+def call_kwargs(name: str, prompts: int = 1) -> dict[str, Any]:
+    """Small call arguments for the pipeline `name` (without `generator`)."""
+    prompt: str | list[str] = "a cat dance on the moon"
+    if prompts > 1:
+        prompt = [f"a {w} in the sky" for w in WORDS[1 : prompts + 1]]
+    kwargs: dict[str, Any] = {"prompt": prompt}
+    if name.startswith("wan"):
+        size = 64 if name == "wan22_ti2v" else 32
+        kwargs.update(VIDEO, height=size, width=size, negative_prompt="bad", guidance_scale=5.0)
+    elif name == "flux":
+        kwargs.update(height=8, width=8, num_inference_steps=2, max_sequence_length=16)
+        kwargs["output_type"] = "pt"
+    elif name.startswith("ltx"):
+        kwargs.update(VIDEO, height=32, width=32, decode_timestep=0.05, decode_noise_scale=0.025)
+    elif name.startswith("cogvideox"):
+        kwargs.update(VIDEO, height=32, width=32, negative_prompt="bad", guidance_scale=6.0)
+    if name in ("wan_i2v", "ltx_i2v", "cogvideox_i2v"):
+        several = prompts > 1 and name != "wan_i2v"  # Wan takes one image for the whole batch
+        kwargs["image"] = [image(i) for i in range(prompts)] if several else image()
+    return kwargs
+
+
+def output_tensor(output: Any) -> torch.Tensor:
+    """The main tensor of a pipeline output (frames, images or audios)."""
+    if isinstance(output, tuple):
+        return output[0]  # type: ignore[no-any-return]
+    for name in ("frames", "images", "audios"):
+        if hasattr(output, name):
+            return getattr(output, name)  # type: ignore[no-any-return]
+    raise TypeError(type(output))
+
+
+_INT_VIEW = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def bits(t: torch.Tensor) -> torch.Tensor:
+    """The tensor's bit pattern as an integer tensor."""
+    return t.contiguous().view(_INT_VIEW[t.element_size()])
+
+
+def assert_bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> None:
+    assert a.dtype == b.dtype and a.shape == b.shape, (a.dtype, a.shape, b.dtype, b.shape)
+    assert torch.equal(bits(a), bits(b)), "outputs differ"
+
+
+def assert_same_states(a: list[torch.Generator], b: list[torch.Generator]) -> None:
+    for ga, gb in zip(a, b, strict=True):
+        assert torch.equal(ga.get_state(), gb.get_state()), "generator states differ"
+
+
+def generators(seeds: list[int]) -> list[torch.Generator]:
+    return [torch.Generator("cpu").manual_seed(s) for s in seeds]
+
+
+def cogvideox(image_to_video: bool = False) -> Any:
+    """CogVideoX with the DPM scheduler, whose steps draw from the generator after the noise."""
+    from diffusers import (
+        AutoencoderKLCogVideoX,
+        CogVideoXDPMScheduler,
+        CogVideoXImageToVideoPipeline,
+        CogVideoXPipeline,
+        CogVideoXTransformer3DModel,
+    )
+
+    with _seeded():
+        transformer = CogVideoXTransformer3DModel(
+            num_attention_heads=2,
+            attention_head_dim=16,
+            in_channels=8 if image_to_video else 4,
+            out_channels=4,
+            time_embed_dim=2,
+            text_embed_dim=32,
+            num_layers=1,
+            sample_width=4,
+            sample_height=4,
+            sample_frames=9,
+            patch_size=2,
+            temporal_compression_ratio=4,
+            max_text_seq_length=16,
+            use_rotary_positional_embeddings=image_to_video,
+            use_learned_positional_embeddings=image_to_video,
+        ).eval()
+        vae = AutoencoderKLCogVideoX(
+            in_channels=3,
+            out_channels=3,
+            down_block_types=("CogVideoXDownBlock3D",) * 4,
+            up_block_types=("CogVideoXUpBlock3D",) * 4,
+            block_out_channels=(8, 8, 8, 8),
+            latent_channels=4,
+            layers_per_block=1,
+            norm_num_groups=2,
+            temporal_compression_ratio=4,
+        ).eval()
+        encoder = t5_encoder()
+    cls = CogVideoXImageToVideoPipeline if image_to_video else CogVideoXPipeline
+    return cls(
+        tokenizer=tokenizer(),
+        text_encoder=encoder,
+        vae=vae,
+        transformer=transformer,
+        scheduler=CogVideoXDPMScheduler(),
+    )
+
+
+BUILDERS.update(
+    cogvideox=cogvideox,
+    cogvideox_i2v=lambda: cogvideox(image_to_video=True),
+)

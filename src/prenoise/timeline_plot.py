@@ -43,7 +43,9 @@ def plot_timelines(arms: Mapping[str, Sequence[Span]], path: Path, *, title: str
     )
     for ax, (arm, spans) in zip(axes[:, 0], arms.items(), strict=True):
         origin = min((s.start_s for s in spans), default=0.0)
-        lanes = {tid: name for tid, name in sorted({(s.thread_id, s.thread_name) for s in spans})}
+        lanes: dict[int, str] = {}  # threads in order of their first span: the request on top
+        for s in sorted(spans, key=lambda s: s.start_s):
+            lanes.setdefault(s.thread_id, s.thread_name)
         order = {tid: i for i, tid in enumerate(lanes)}
         for s in spans:
             y = order[s.thread_id]

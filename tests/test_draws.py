@@ -8,7 +8,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import bitwise_equal, same_state
+from bitwise import bitwise_equal, same_state
 from prenoise.draws import (
     Draw,
     HalfDrawRule,
@@ -254,3 +254,35 @@ def test_draws_never_touch_the_global_rng() -> None:
     before = torch.get_rng_state()
     run_plan(NoisePlan((Stream("s", 3, (Draw("x", (1000,)),)),)))
     assert torch.equal(before, torch.get_rng_state())
+
+
+@pytest.mark.parametrize(
+    "draw",
+    [
+        Draw("big", (1, 24, 5, 16, 20)),
+        Draw("ragged", (3, 1001)),
+        Draw("dependent", (1, 24, 9, 8, 12), keep=(1, 24, 1), layout=Patchify()),
+        Draw("dependent_video", (1, 24, 9, 8, 12), keep=(1, 24, 8)),
+        Draw("half", (1, 24, 9, 8, 12), torch.bfloat16, keep=(1, 24, 2)),
+    ],
+)
+def test_core_draws_equal_with_kernel_and_with_torch(draw: Draw) -> None:
+    from prenoise import draws, kernel
+
+    g_kernel, g_torch = gen(2101), gen(2101)
+    with_kernel = run_draw(draw, g_kernel)
+    draws.set_fill_backend(draws._torch_fill)
+    try:
+        with_torch = run_draw(draw, g_torch)
+    finally:
+        draws.set_fill_backend(None)
+    assert bitwise_equal(with_kernel, with_torch)
+    assert same_state(g_kernel, g_torch)
+    assert kernel.backend_status().name  # the self-check ran and reported
+
+
+def test_doctor_reports_backend(capsys: pytest.CaptureFixture[str]) -> None:
+    from prenoise.cli import main
+
+    assert main(["doctor"]) == 0
+    assert "noise backend" in capsys.readouterr().out

@@ -10,7 +10,7 @@ from functools import partial
 import pytest
 import torch
 
-from conftest import bitwise_equal, same_state
+from bitwise import bitwise_equal, same_state
 from prenoise.draws import Draw, Stream, run_draw, run_stream
 from prenoise.executor import PreparationExecutor, PreparationStateError
 from prenoise.prediction import MismatchPolicy, PredictionMismatchError

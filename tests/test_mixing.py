@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import bitwise_equal
+from bitwise import bitwise_equal
 from prenoise.mixing import mix_coefficients, mix_condition, mix_conditions
 
 

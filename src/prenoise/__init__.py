@@ -8,6 +8,8 @@ Core (no pipeline, CLI or integration imports here):
 - `prenoise.mixing`: `mix_condition`/`mix_conditions` — exact `tau·clean + (1 − tau)·noise`.
 - `prenoise.verify`: `compare` — field-by-field bitwise comparison.
 - `prenoise.rng_guard`: `global_rng_guard` — proof that the global RNG was not touched.
+- `prenoise.kernel`: `randn`, `fill_normal_`, `randn_keep_prefix` — a compiled CPU normal kernel
+  bit-identical to torch (self-checked per process; `PRENOISE_NOISE_BACKEND=torch` forces torch).
 """
 
 from prenoise.draws import (
@@ -22,6 +24,7 @@ from prenoise.draws import (
     run_stream,
 )
 from prenoise.executor import PreparationExecutor, PreparationStateError, Prepared
+from prenoise.kernel import backend_status, randn
 from prenoise.layouts import Patchify
 from prenoise.mixing import mix_condition, mix_conditions
 from prenoise.prediction import MismatchPolicy, PredictionEvent, PredictionMismatchError
@@ -47,11 +50,13 @@ __all__ = [
     "ScalarPathError",
     "Stream",
     "Tracer",
+    "backend_status",
     "compare",
     "fill_normal_",
     "global_rng_guard",
     "mix_condition",
     "mix_conditions",
+    "randn",
     "run_draw",
     "run_plan",
     "run_stream",

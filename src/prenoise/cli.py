@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -30,6 +31,24 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     console.print(table)
     console.print(f"verify: {result.report.summary()}; global RNG unchanged")
     return 0 if result.report.equal else 1
+
+
+def _cmd_doctor(args: argparse.Namespace) -> int:
+    import torch
+
+    from prenoise import kernel
+
+    status = kernel.backend_status()
+    table = Table(title="prenoise doctor", show_header=False)
+    table.add_row("noise backend", f"{status.name} ({'active' if status.active else 'inactive'})")
+    table.add_row("why", status.reason)
+    table.add_row(kernel.ENV_VAR, os.environ.get(kernel.ENV_VAR, "(unset)"))
+    table.add_row("torch", torch.__version__)
+    table.add_row("torch CPU capability", torch.backends.cpu.get_cpu_capability())
+    table.add_row("torch intra-op threads", str(torch.get_num_threads()))
+    table.add_row("CUDA", torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none")
+    console.print(table)
+    return 0
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
@@ -216,6 +235,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--json", help="write the summary here")
     bench.add_argument("--trace-dir", help="write Chrome traces and a PNG timeline here")
     bench.set_defaults(func=_cmd_bench)
+
+    doctor = sub.add_parser("doctor", help="which noise backend is active, and why")
+    doctor.set_defaults(func=_cmd_doctor)
 
     cmp_ = sub.add_parser("compare", help="bitwise-compare two torch.save files")
     cmp_.add_argument("a")

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from prenoise import kernel
 from prenoise.layouts import Layout
 
 __all__ = [
@@ -52,17 +53,22 @@ def _torch_fill(out: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     return out.normal_(generator=generator)
 
 
-_fill_backend: FillFn = _torch_fill
+def _kernel_fill(out: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    return kernel.fill_normal_(out, generator)
+
+
+_fill_backend: FillFn = _kernel_fill
 
 
 def set_fill_backend(fill: FillFn | None) -> None:
-    """Route every contiguous float32 chunk fill through `fill` (None restores `Tensor.normal_`).
+    """Route every contiguous float32 chunk fill through `fill` (None restores the default).
 
     `fill(out, generator)` must equal `out.normal_(generator=generator)` bit-for-bit, values and
-    generator state (the noise kernel installs itself here only after passing its self-check).
+    generator state. The default is `prenoise.kernel.fill_normal_`, which uses the compiled
+    kernel only after it passed its per-process self-check against torch (else torch itself).
     """
     global _fill_backend
-    _fill_backend = fill or _torch_fill
+    _fill_backend = fill or _kernel_fill
 
 
 class ScalarPathError(ValueError):
@@ -344,6 +350,17 @@ def run_draw(
         if out is not None:
             raise ValueError(f"draw {draw.name!r}: a native half draw cannot fill a buffer")
         full = torch.randn(draw.shape, dtype=draw.dtype, generator=generator)
+    elif (
+        draw.keep is not None
+        and out is None
+        and chunk_elems is None
+        and draw.draw_dtype == torch.float32
+        and _fill_backend is _kernel_fill
+        and not draw.takes_scalar_path
+    ):
+        # Dependent noise: transform only the kept values, skip the rest of the stream.
+        kept = kernel.randn_keep_prefix(draw.shape, draw.keep, generator=generator)
+        return _finish(draw, kept)
     else:
         if out is None:
             out = torch.empty(draw.shape, dtype=draw.draw_dtype)
@@ -358,6 +375,11 @@ def run_draw(
     kept = full
     if draw.keep is not None:
         kept = full[tuple(slice(0, k) for k in draw.keep)]
+    return _finish(draw, kept)
+
+
+def _finish(draw: Draw, kept: torch.Tensor) -> torch.Tensor:
+    """Apply the layout and the half cast; return a contiguous tensor."""
     if draw.layout is not None:
         kept = draw.layout.apply(kept)
     if kept.dtype != draw.dtype:

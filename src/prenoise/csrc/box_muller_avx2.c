@@ -4,22 +4,24 @@
  * ATen/native/cpu/avx_mathfun.h (Cephes-derived polynomials by Julien Pommier and Giovanni
  * Garberoglio, zlib license). PyTorch compiles those with GCC's default FMA contraction, so some
  * multiply-adds are fused. This file writes every operation explicitly -- the fused ones as FMA
- * intrinsics -- and is built with -ffp-contract=off, so its bits do not depend on the compiler's
- * contraction choices. The self-check in prenoise.kernel verifies the result against torch.
+ * intrinsics, found by testing each candidate against torch -- and is built with
+ * -ffp-contract=off, so its bits do not depend on this compiler's contraction choices. The
+ * self-check in prenoise.kernel verifies the result against torch.
  */
 #include "noise_kernel.h"
 
 #ifdef PRENOISE_HAVE_AVX2_BUILD
-#pragma GCC push_options
-#pragma GCC target("avx2,fma")
 #include <immintrin.h>
+
+/* Each function is compiled for AVX2+FMA; callers check the CPU (cpu_has_avx2_fma) first. */
+#define AVX2_FN __attribute__((target("avx2,fma")))
 
 #define SET1(v) _mm256_set1_ps((float)(v))
 #define SET1I(v) _mm256_set1_epi32((int)(v))
 #define CASTI(v) _mm256_castsi256_ps(SET1I(v))
 
 /* Natural log of 8 floats: the Cephes algorithm of avx_mathfun's log256_ps. */
-static inline __m256 cephes_log8(__m256 x) {
+AVX2_FN static inline __m256 cephes_log8(__m256 x) {
     const __m256 one = SET1(1.0f);
     const __m256 invalid = _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_LE_OS);
     x = _mm256_max_ps(x, CASTI(0x00800000));
@@ -43,13 +45,8 @@ static inline __m256 cephes_log8(__m256 x) {
     y = _mm256_fmadd_ps(y, x, SET1(-2.4999993993E-1));
     y = _mm256_fmadd_ps(y, x, SET1(3.3333331174E-1));
     y = _mm256_mul_ps(y, x);
-#if LOG_FUSE == 1
+    /* GCC fuses y*z (not e*q1) into this add; the other choices differ in ~2e-4 of values */
     y = _mm256_fmadd_ps(y, z, _mm256_mul_ps(e, SET1(-2.12194440e-4)));
-#elif LOG_FUSE == 2
-    y = _mm256_fmadd_ps(e, SET1(-2.12194440e-4), _mm256_mul_ps(y, z));
-#else
-    y = _mm256_add_ps(_mm256_mul_ps(y, z), _mm256_mul_ps(e, SET1(-2.12194440e-4)));
-#endif
     y = _mm256_fnmadd_ps(z, SET1(0.5f), y);
     x = _mm256_add_ps(x, y);
     x = _mm256_fmadd_ps(e, SET1(0.693359375), x);
@@ -57,7 +54,7 @@ static inline __m256 cephes_log8(__m256 x) {
 }
 
 /* Sine and cosine of 8 floats: the Cephes algorithm of avx_mathfun's sincos256_ps. */
-static inline void cephes_sincos8(__m256 x, __m256 *s, __m256 *c) {
+AVX2_FN static inline void cephes_sincos8(__m256 x, __m256 *s, __m256 *c) {
     __m256 sign_sin = _mm256_and_ps(x, CASTI(0x80000000));
     x = _mm256_and_ps(x, CASTI(0x7fffffff));
     __m256 y = _mm256_mul_ps(x, SET1(1.27323954473516));
@@ -79,11 +76,7 @@ static inline void cephes_sincos8(__m256 x, __m256 *s, __m256 *c) {
     y = _mm256_fmadd_ps(SET1(2.443315711809948E-005), z, SET1(-1.388731625493765E-003));
     y = _mm256_fmadd_ps(y, z, SET1(4.166664568298827E-002));
     y = _mm256_mul_ps(y, z);
-#if COS_FUSE
-    y = _mm256_fmsub_ps(y, z, _mm256_mul_ps(z, SET1(0.5f)));
-#else
-    y = _mm256_sub_ps(_mm256_mul_ps(y, z), _mm256_mul_ps(z, SET1(0.5f)));
-#endif
+    y = _mm256_fmsub_ps(y, z, _mm256_mul_ps(z, SET1(0.5f))); /* y*z fused, z*0.5 rounded */
     y = _mm256_add_ps(y, SET1(1.0f));
     /* sine polynomial */
     __m256 y2 = _mm256_fmadd_ps(SET1(-1.9515295891E-4), z, SET1(8.3321608736E-3));
@@ -99,23 +92,62 @@ static inline void cephes_sincos8(__m256 x, __m256 *s, __m256 *c) {
     *c = _mm256_xor_ps(_mm256_add_ps(y, y2), sign_cos);
 }
 
-void bm_blocks_avx2(float *d, int64_t nblocks) {
-    const __m256 one = SET1(1.0f), minus_two = SET1(-2.0f), two_pi = SET1(2.0 * 3.14159265358979323846);
+/* One 16-block: reads 16 uniforms from src, writes 16 normals to dst (may alias src). */
+AVX2_FN static inline void bm16(const float *src, float *dst) {
+    const __m256 one = SET1(1.0f), minus_two = SET1(-2.0f);
+    const __m256 two_pi = SET1(2.0 * 3.14159265358979323846);
     const __m256 mean = _mm256_setzero_ps(), std = SET1(1.0f);
-    for (int64_t b = 0; b < nblocks; b++, d += 16) {
-        const __m256 u1 = _mm256_sub_ps(one, _mm256_loadu_ps(d));
-        const __m256 u2 = _mm256_loadu_ps(d + 8);
-        const __m256 radius = _mm256_sqrt_ps(_mm256_mul_ps(minus_two, cephes_log8(u1)));
-        const __m256 theta = _mm256_mul_ps(two_pi, u2);
-        __m256 sn, cs;
-        cephes_sincos8(theta, &sn, &cs);
-        /* torch stores fmadd(r*cos, std, mean): with std=1, mean=0 this maps -0 to +0 */
-        _mm256_storeu_ps(d, _mm256_fmadd_ps(_mm256_mul_ps(radius, cs), std, mean));
-        _mm256_storeu_ps(d + 8, _mm256_fmadd_ps(_mm256_mul_ps(radius, sn), std, mean));
-    }
+    const __m256 u1 = _mm256_sub_ps(one, _mm256_loadu_ps(src));
+    const __m256 u2 = _mm256_loadu_ps(src + 8);
+    const __m256 radius = _mm256_sqrt_ps(_mm256_mul_ps(minus_two, cephes_log8(u1)));
+    const __m256 theta = _mm256_mul_ps(two_pi, u2);
+    __m256 sn, cs;
+    cephes_sincos8(theta, &sn, &cs);
+    /* torch stores fmadd(r*cos, std, mean): with std=1, mean=0 this maps -0 to +0 */
+    _mm256_storeu_ps(dst, _mm256_fmadd_ps(_mm256_mul_ps(radius, cs), std, mean));
+    _mm256_storeu_ps(dst + 8, _mm256_fmadd_ps(_mm256_mul_ps(radius, sn), std, mean));
 }
 
-void mt_uniforms_avx2(mt_t *mt, float *dst, int64_t k) { mt_uniforms_impl(mt, dst, k); }
+AVX2_FN void bm_blocks_avx2(const float *src, float *dst, int64_t nblocks) {
+    int64_t b = 0;
+    for (; b + 2 <= nblocks; b += 2) { /* two independent blocks per step for more ILP */
+        bm16(src + 16 * b, dst + 16 * b);
+        bm16(src + 16 * b + 16, dst + 16 * b + 16);
+    }
+    for (; b < nblocks; b++) bm16(src + 16 * b, dst + 16 * b);
+}
 
-#pragma GCC pop_options
+/* 8 lanes of the MT19937 recurrence: s[i] = s[i + off] ^ twist(s[i], s[i + 1]). */
+AVX2_FN static inline void twist8(uint32_t *p, const uint32_t *far) {
+    const __m256i cur = _mm256_loadu_si256((const __m256i *)p);
+    const __m256i nxt = _mm256_loadu_si256((const __m256i *)(p + 1));
+    const __m256i y = _mm256_or_si256(_mm256_and_si256(cur, SET1I(0x80000000u)),
+                                      _mm256_and_si256(nxt, SET1I(0x7fffffffu)));
+    const __m256i odd = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_and_si256(nxt, SET1I(1)));
+    __m256i r = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)far), _mm256_srli_epi32(y, 1));
+    r = _mm256_xor_si256(r, _mm256_and_si256(odd, SET1I(0x9908b0dfu)));
+    _mm256_storeu_si256((__m256i *)p, r);
+}
+
+/* mt_twist_block with 8 words per step; identical result (all reads precede their writes). */
+AVX2_FN void mt_twist_avx2(uint32_t *s) {
+    int i = 0;
+    for (; i + 8 <= MT_N - MT_M; i += 8) twist8(s + i, s + i + MT_M); /* 0..223 */
+    for (; i < MT_N - MT_M; i++) {                                      /* 224..226 */
+        const uint32_t y = (s[i] & 0x80000000u) | (s[i + 1] & 0x7fffffffu);
+        s[i] = s[i + MT_M] ^ (y >> 1) ^ ((s[i + 1] & 1u) ? 0x9908b0dfu : 0u);
+    }
+    for (; i + 8 <= MT_N - 1; i += 8) twist8(s + i, s + i + MT_M - MT_N); /* 227..618 */
+    for (; i < MT_N - 1; i++) {
+        const uint32_t y = (s[i] & 0x80000000u) | (s[i + 1] & 0x7fffffffu);
+        s[i] = s[i + MT_M - MT_N] ^ (y >> 1) ^ ((s[i + 1] & 1u) ? 0x9908b0dfu : 0u);
+    }
+    const uint32_t y = (s[MT_N - 1] & 0x80000000u) | (s[0] & 0x7fffffffu);
+    s[MT_N - 1] = s[MT_M - 1] ^ (y >> 1) ^ ((s[0] & 1u) ? 0x9908b0dfu : 0u);
+}
+
+AVX2_FN void mt_uniforms_avx2(mt_t *mt, float *dst, int64_t k) {
+    mt_uniforms_impl(mt, dst, k, mt_twist_avx2);
+}
+
 #endif /* PRENOISE_HAVE_AVX2_BUILD */

@@ -22,7 +22,8 @@ typedef struct {
 } mt_t;
 
 /* Box-Muller back ends, in the order of the Python-side names. */
-enum { BACKEND_SCALAR = 0, BACKEND_AVX2 = 1 };
+/* AVX512 runs the AVX2 arithmetic on 16 lanes (same bits) and shares its MT code. */
+enum { BACKEND_SCALAR = 0, BACKEND_AVX2 = 1, BACKEND_AVX512 = 2 };
 
 /* Regenerates all 624 words in place (the MT19937 "twist"), exactly as at::mt19937. */
 static inline void mt_twist_block(uint32_t *s) {
@@ -52,10 +53,11 @@ static inline void mt_words_to_uniforms(const uint32_t *w, float *dst, int k) {
 }
 
 /* Fills dst with the next k uniforms of the stream, twisting lazily exactly when torch would. */
-static inline void mt_uniforms_impl(mt_t *mt, float *dst, int64_t k) {
+typedef void (*twist_fn)(uint32_t *s);
+static inline void mt_uniforms_impl(mt_t *mt, float *dst, int64_t k, twist_fn twist) {
     while (k > 0) {
         if (mt->idx == MT_N) {
-            mt_twist_block(mt->s);
+            twist(mt->s);
             mt->idx = 0;
         }
         int t = MT_N - mt->idx;
@@ -67,15 +69,19 @@ static inline void mt_uniforms_impl(mt_t *mt, float *dst, int64_t k) {
     }
 }
 
-/* Box-Muller over nblocks consecutive blocks of 16 floats, in place (see noise_kernel.c). */
-void bm_blocks_scalar(float *d, int64_t nblocks);
+/* Box-Muller over nblocks consecutive 16-blocks of uniforms at src into dst (src == dst is
+ * allowed). */
+void bm_blocks_scalar(const float *src, float *dst, int64_t nblocks);
 /* Fills dst with the next k uniforms of the stream. */
 void mt_uniforms_scalar(mt_t *mt, float *dst, int64_t k);
 
 #if defined(__x86_64__) || defined(__i386__)
 #define PRENOISE_HAVE_AVX2_BUILD 1
 /* Same as above, compiled for AVX2+FMA; call only when the CPU supports both. */
-void bm_blocks_avx2(float *d, int64_t nblocks);
+void bm_blocks_avx2(const float *src, float *dst, int64_t nblocks);
+void mt_twist_avx2(uint32_t *s);
+/* 512-bit execution of bm_blocks_avx2; call only when the CPU supports AVX-512F too. */
+void bm_blocks_avx512(const float *src, float *dst, int64_t nblocks);
 void mt_uniforms_avx2(mt_t *mt, float *dst, int64_t k);
 #endif
 

@@ -53,6 +53,9 @@ __all__ = [
 Arm = Literal["serial", "overlapped"]
 ARMS: tuple[Arm, ...] = ("serial", "overlapped")
 
+NoiseSource = Callable[[int, RequestGeometry, list[tuple[int, int, int]], Tracer], NoiseFields]
+"""`(seed, geometry, encoded visual shapes, tracer) -> NoiseFields`; replaces the serial draw."""
+
 
 @dataclass
 class DenoiseInputs:
@@ -118,10 +121,12 @@ class Ref2VAPipeline:
         *,
         device: torch.device | str = "cpu",
         mismatch_policy: MismatchPolicy = MismatchPolicy.FALLBACK,
+        noise_source: NoiseSource | None = None,
     ) -> None:
         self.models = models
         self.device = torch.device(device)
         self.mismatch_policy = mismatch_policy
+        self.noise_source = noise_source  # must equal the serial draw bit-for-bit
 
     # -- preparation ---------------------------------------------------------------------------
     def prepare(
@@ -184,6 +189,8 @@ class Ref2VAPipeline:
     def _draw_serial(
         self, seed: int, geo: RequestGeometry, conditioning: Conditioning, tracer: Tracer
     ) -> NoiseFields:
+        if self.noise_source is not None:
+            return self.noise_source(seed, geo, conditioning.visual_shapes, tracer)
         video, audio = initial_noise_streams(seed, geo.T, geo.h, geo.w, geo.audio_t)
         with tracer.span("draw:initial_video_noise", Category.NOISE):
             video_noise = run_stream(video)["initial_video_noise"]
@@ -273,7 +280,9 @@ class Ref2VAPipeline:
                 condition_rows=cond_rows,
                 audio_condition_rows=audio_cond_rows,
                 text=conditioning.text.to(device),
-                text_mask=None if conditioning.text_mask is None else conditioning.text_mask,
+                text_mask=None
+                if conditioning.text_mask is None
+                else conditioning.text_mask.to(device),
             )
 
     # -- denoise, decode, write ------------------------------------------------------------------

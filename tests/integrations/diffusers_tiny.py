@@ -250,6 +250,18 @@ BUILDERS: dict[str, Callable[[], Any]] = {
 # -- call arguments ---------------------------------------------------------------------------
 
 VIDEO = {"num_frames": 9, "num_inference_steps": 2, "max_sequence_length": 16, "output_type": "pt"}
+LTX2_GUIDANCE = {  # the reference pipelines' legacy knobs: one transformer pass per step
+    "guidance_scale": 1.0,
+    "stg_scale": 0.0,
+    "modality_scale": 1.0,
+    "guidance_rescale": 0.0,
+    "audio_guidance_scale": 1.0,
+    "audio_stg_scale": 0.0,
+    "audio_modality_scale": 1.0,
+    "audio_guidance_rescale": 0.0,
+    "spatio_temporal_guidance_blocks": None,
+    "use_cross_timestep": False,
+}
 
 
 def image(seed: int = 0, size: int = 32) -> Any:
@@ -272,8 +284,16 @@ def call_kwargs(name: str, prompts: int = 1) -> dict[str, Any]:
     elif name == "flux":
         kwargs.update(height=8, width=8, num_inference_steps=2, max_sequence_length=16)
         kwargs["output_type"] = "pt"
+    elif name.startswith("ltx2"):
+        kwargs.update(VIDEO, **LTX2_GUIDANCE, num_frames=5, height=32, width=32, frame_rate=25.0)
+        kwargs.update(negative_prompt="bad", decode_timestep=0.05, decode_noise_scale=0.025)
     elif name.startswith("ltx"):
         kwargs.update(VIDEO, height=32, width=32, decode_timestep=0.05, decode_noise_scale=0.025)
+    elif name == "hunyuan_video":
+        template = {"template": "{}", "crop_start": 0}
+        kwargs.update(VIDEO, height=16, width=16, guidance_scale=4.5, prompt_template=template)
+    elif name.startswith("stable_audio"):
+        kwargs.update(num_inference_steps=2, guidance_scale=6.0, output_type="pt")
     elif name.startswith("cogvideox"):
         kwargs.update(VIDEO, height=32, width=32, negative_prompt="bad", guidance_scale=6.0)
     if name in ("wan_i2v", "ltx_i2v", "cogvideox_i2v"):
@@ -290,6 +310,27 @@ def output_tensor(output: Any) -> torch.Tensor:
         if hasattr(output, name):
             return getattr(output, name)  # type: ignore[no-any-return]
     raise TypeError(type(output))
+
+
+def output_tensors(output: Any) -> dict[str, torch.Tensor]:
+    """Every tensor of a pipeline output by name (LTX-2 returns video frames and audio)."""
+    if isinstance(output, tuple):
+        return {str(i): t for i, t in enumerate(output) if isinstance(t, torch.Tensor)}
+    names = ("frames", "images", "audios", "audio")
+    found = {
+        n: getattr(output, n) for n in names if isinstance(getattr(output, n, None), torch.Tensor)
+    }
+    if not found:
+        raise TypeError(type(output))
+    return found
+
+
+def assert_outputs_bitwise_equal(a: Any, b: Any) -> None:
+    """Every output tensor of `a` equals the one of `b` bit for bit."""
+    ta, tb = output_tensors(a), output_tensors(b)
+    assert ta.keys() == tb.keys(), (ta.keys(), tb.keys())
+    for name in ta:
+        assert_bitwise_equal(ta[name], tb[name])
 
 
 _INT_VIEW = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
@@ -367,4 +408,315 @@ def cogvideox(image_to_video: bool = False) -> Any:
 BUILDERS.update(
     cogvideox=cogvideox,
     cogvideox_i2v=lambda: cogvideox(image_to_video=True),
+)
+
+
+def hunyuan_video() -> Any:
+    """HunyuanVideo: Llama hidden states (third from the end) and CLIP pooled embeddings."""
+    from diffusers import (
+        AutoencoderKLHunyuanVideo,
+        FlowMatchEulerDiscreteScheduler,
+        HunyuanVideoPipeline,
+        HunyuanVideoTransformer3DModel,
+    )
+    from transformers import CLIPTextConfig, CLIPTextModel, LlamaConfig, LlamaModel
+
+    with _seeded():
+        transformer = HunyuanVideoTransformer3DModel(
+            in_channels=4,
+            out_channels=4,
+            num_attention_heads=2,
+            attention_head_dim=10,
+            num_layers=1,
+            num_single_layers=1,
+            num_refiner_layers=1,
+            patch_size=1,
+            patch_size_t=1,
+            guidance_embeds=True,
+            text_embed_dim=16,
+            pooled_projection_dim=8,
+            rope_axes_dim=(2, 4, 4),
+        ).eval()
+        vae = AutoencoderKLHunyuanVideo(
+            in_channels=3,
+            out_channels=3,
+            latent_channels=4,
+            down_block_types=("HunyuanVideoDownBlock3D",) * 4,
+            up_block_types=("HunyuanVideoUpBlock3D",) * 4,
+            block_out_channels=(8, 8, 8, 8),
+            layers_per_block=1,
+            act_fn="silu",
+            norm_num_groups=4,
+            scaling_factor=0.476986,
+            spatial_compression_ratio=8,
+            temporal_compression_ratio=4,
+            mid_block_add_attention=True,
+        ).eval()
+        llama = LlamaModel(
+            LlamaConfig(
+                bos_token_id=0,
+                eos_token_id=1,
+                pad_token_id=0,
+                hidden_size=16,
+                intermediate_size=37,
+                num_attention_heads=4,
+                num_hidden_layers=3,
+                vocab_size=len(WORDS) + 3,
+                hidden_act="gelu",
+            )
+        ).eval()
+        clip = CLIPTextModel(
+            CLIPTextConfig(
+                bos_token_id=0,
+                eos_token_id=1,
+                pad_token_id=0,
+                hidden_size=8,
+                intermediate_size=37,
+                num_attention_heads=4,
+                num_hidden_layers=2,
+                vocab_size=len(WORDS) + 3,
+                projection_dim=32,
+                max_position_embeddings=77,
+            )
+        ).eval()
+    return HunyuanVideoPipeline(
+        text_encoder=llama,
+        tokenizer=tokenizer(),
+        transformer=transformer,
+        vae=vae,
+        scheduler=FlowMatchEulerDiscreteScheduler(shift=7.0),
+        text_encoder_2=clip,
+        tokenizer_2=tokenizer(77),
+    )
+
+
+def stable_audio(sde_scheduler: str = "edm") -> Any:
+    """StableAudio. `sde_scheduler="edm"`: EDM DPM-Solver++ in SDE mode, which draws from the
+    generator on every step; `"cosine"`: the released checkpoints' scheduler, whose Brownian tree
+    is seeded from `generator.initial_seed()` (needs `torchsde`)."""
+    from diffusers import (
+        AutoencoderOobleck,
+        StableAudioDiTModel,
+        StableAudioPipeline,
+        StableAudioProjectionModel,
+    )
+
+    if sde_scheduler == "cosine":
+        from diffusers.schedulers.scheduling_cosine_dpmsolver_multistep import (
+            CosineDPMSolverMultistepScheduler,
+        )
+
+        scheduler: Any = CosineDPMSolverMultistepScheduler(
+            solver_order=2,
+            prediction_type="v_prediction",
+            sigma_data=1.0,
+            sigma_schedule="exponential",
+        )
+    else:
+        from diffusers import EDMDPMSolverMultistepScheduler
+
+        scheduler = EDMDPMSolverMultistepScheduler(algorithm_type="sde-dpmsolver++")
+    with _seeded():
+        transformer = StableAudioDiTModel(
+            sample_size=8,
+            in_channels=3,
+            num_layers=2,
+            attention_head_dim=4,
+            num_key_value_attention_heads=2,
+            out_channels=3,
+            cross_attention_dim=4,
+            time_proj_dim=8,
+            global_states_input_dim=8,
+            cross_attention_input_dim=4,
+        ).eval()
+        vae = AutoencoderOobleck(
+            encoder_hidden_size=6,
+            downsampling_ratios=[1, 2],
+            decoder_channels=3,
+            decoder_input_channels=3,
+            audio_channels=2,
+            channel_multiples=[2, 4],
+            sampling_rate=4,
+        ).eval()
+        encoder = t5_encoder()
+        projection = StableAudioProjectionModel(
+            text_encoder_dim=32, conditioning_dim=4, min_value=0, max_value=32
+        ).eval()
+    return StableAudioPipeline(
+        vae=vae,
+        text_encoder=encoder,
+        projection_model=projection,
+        tokenizer=tokenizer(),
+        transformer=transformer,
+        scheduler=scheduler,
+    )
+
+
+def gemma3_encoder(hidden_size: int = 16, layers: int = 2) -> Any:
+    """A tiny `Gemma3ForConditionalGeneration` (LTX-2's text encoder) with random weights."""
+    from transformers import (
+        Gemma3Config,
+        Gemma3ForConditionalGeneration,
+        Gemma3TextConfig,
+        SiglipVisionConfig,
+    )
+
+    text = Gemma3TextConfig(
+        vocab_size=len(WORDS) + 3,
+        hidden_size=hidden_size,
+        intermediate_size=32,
+        num_hidden_layers=layers,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=8,
+        max_position_embeddings=64,
+        sliding_window=8,
+    )
+    vision = SiglipVisionConfig(
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        image_size=16,
+        patch_size=4,
+    )
+    config = Gemma3Config(
+        text_config=text.to_dict(), vision_config=vision.to_dict(), mm_tokens_per_image=4
+    )
+    return Gemma3ForConditionalGeneration(config).eval()
+
+
+def ltx2(duration_head: bool = False, timestep_conditioning: bool = True) -> Any:
+    """LTX-2 video + audio. The VAE's `timestep_conditioning` makes the decode draw its noise."""
+    from diffusers import (
+        AutoencoderKLLTX2Audio,
+        AutoencoderKLLTX2Video,
+        FlowMatchEulerDiscreteScheduler,
+        LTX2Pipeline,
+        LTX2VideoTransformer3DModel,
+    )
+    from diffusers.pipelines.ltx2 import LTX2DurationHead, LTX2TextConnectors
+    from diffusers.pipelines.ltx2.vocoder import LTX2Vocoder
+
+    hidden, layers = 16, 2
+    with _seeded():
+        encoder = gemma3_encoder(hidden, layers)
+        transformer = LTX2VideoTransformer3DModel(
+            in_channels=4,
+            out_channels=4,
+            patch_size=1,
+            patch_size_t=1,
+            num_attention_heads=2,
+            attention_head_dim=8,
+            cross_attention_dim=16,
+            audio_in_channels=4,
+            audio_out_channels=4,
+            audio_num_attention_heads=2,
+            audio_attention_head_dim=4,
+            audio_cross_attention_dim=8,
+            num_layers=1,
+            qk_norm="rms_norm_across_heads",
+            caption_channels=hidden,
+            rope_double_precision=False,
+            rope_type="split",
+        ).eval()
+        connector = {
+            "num_attention_heads": 2,  # heads × head_dim must equal caption_channels
+            "attention_head_dim": 8,
+            "num_layers": 1,
+            "num_learnable_registers": None,
+        }
+        connectors = LTX2TextConnectors(
+            caption_channels=hidden,
+            text_proj_in_factor=layers + 1,
+            **{f"video_connector_{k}": v for k, v in connector.items()},
+            **{f"audio_connector_{k}": v for k, v in connector.items()},
+            connector_rope_base_seq_len=32,
+            rope_theta=10000.0,
+            rope_double_precision=False,
+            causal_temporal_positioning=False,
+            rope_type="split",
+        ).eval()
+        vae = AutoencoderKLLTX2Video(
+            in_channels=3,
+            out_channels=3,
+            latent_channels=4,
+            block_out_channels=(8,),
+            decoder_block_out_channels=(8,),
+            layers_per_block=(1,),
+            decoder_layers_per_block=(1, 1),
+            spatio_temporal_scaling=(True,),
+            decoder_spatio_temporal_scaling=(True,),
+            decoder_inject_noise=(False, False),
+            downsample_type=("spatial",),
+            upsample_residual=(False,),
+            upsample_factor=(1,),
+            timestep_conditioning=timestep_conditioning,
+            patch_size=1,
+            patch_size_t=1,
+            encoder_causal=True,
+            decoder_causal=False,
+        ).eval()
+        vae.use_framewise_encoding = False
+        vae.use_framewise_decoding = False
+        audio_vae = AutoencoderKLLTX2Audio(
+            base_channels=4,
+            output_channels=2,
+            ch_mult=(1,),
+            num_res_blocks=1,
+            attn_resolutions=None,
+            in_channels=2,
+            resolution=32,
+            latent_channels=2,
+            norm_type="pixel",
+            causality_axis="height",
+            dropout=0.0,
+            mid_block_add_attention=False,
+            sample_rate=16000,
+            mel_hop_length=160,
+            is_causal=True,
+            mel_bins=8,
+        ).eval()
+        vocoder = LTX2Vocoder(
+            in_channels=2 * 8,
+            hidden_channels=32,
+            out_channels=2,
+            upsample_kernel_sizes=[4, 4],
+            upsample_factors=[2, 2],
+            resnet_kernel_sizes=[3],
+            resnet_dilations=[[1, 3, 5]],
+            leaky_relu_negative_slope=0.1,
+            output_sampling_rate=16000,
+        ).eval()
+        head = (
+            LTX2DurationHead(
+                video_cross_attention_dim=hidden,
+                audio_cross_attention_dim=hidden,
+                pooler_hidden_dim=8,
+                num_queries=1,
+                num_pooler_heads=2,
+                mlp_hidden_dim=8,
+            ).eval()
+            if duration_head
+            else None
+        )
+    return LTX2Pipeline(
+        scheduler=FlowMatchEulerDiscreteScheduler(),
+        vae=vae,
+        audio_vae=audio_vae,
+        text_encoder=encoder,
+        tokenizer=tokenizer(),
+        connectors=connectors,
+        transformer=transformer,
+        vocoder=vocoder,
+        duration_head=head,
+    )
+
+
+BUILDERS.update(
+    hunyuan_video=hunyuan_video,
+    stable_audio=stable_audio,
+    stable_audio_cosine=lambda: stable_audio("cosine"),
+    ltx2=ltx2,
+    ltx2_duration_head=lambda: ltx2(duration_head=True),
 )

@@ -11,6 +11,7 @@ pytest.importorskip("diffusers")
 
 from diffusers_tiny import (
     assert_bitwise_equal,
+    assert_outputs_bitwise_equal,
     assert_same_states,
     call_kwargs,
     generators,
@@ -29,8 +30,11 @@ PIPELINES = [
     "ltx_i2v",
     "cogvideox",
     "cogvideox_i2v",
+    "hunyuan_video",
+    "stable_audio",
+    "ltx2",
 ]
-PER_PROMPT = {"flux": "num_images_per_prompt"}
+PER_PROMPT = {"flux": "num_images_per_prompt", "stable_audio": "num_waveforms_per_prompt"}
 EXPECTED_DRAWS = {
     "wan21": ("noise",),
     "wan22_ti2v": ("noise",),
@@ -40,6 +44,9 @@ EXPECTED_DRAWS = {
     "ltx_i2v": ("image_sample_0", "noise"),
     "cogvideox": ("noise",),
     "cogvideox_i2v": ("image_sample_0", "noise"),
+    "hunyuan_video": ("noise",),
+    "stable_audio": ("noise",),
+    "ltx2": ("noise", "audio_noise", "decode_noise"),
 }
 
 
@@ -66,7 +73,7 @@ def test_single_generator_bitwise(tiny: Any, name: str, seed: int) -> None:
     assert report.overlapped and report.reason is None
     assert report.planned == EXPECTED_DRAWS[name]
     assert report.served == len(report.planned) and report.left_plan is None
-    assert_bitwise_equal(output_tensor(plain), output_tensor(overlapped))
+    assert_outputs_bitwise_equal(plain, overlapped)
     assert_same_states(pg, og)
     # The generator really advanced (the draws came from it, not from somewhere else).
     assert not bool((pg[0].get_state() == generators([seed])[0].get_state()).all())
@@ -81,16 +88,16 @@ def test_batch_with_generator_list(tiny: Any, name: str) -> None:
     plain, overlapped, report, pg, og = _both_arms(pipe, kwargs, [3, 4], True)
     assert report.overlapped and report.served == len(report.planned)
     assert output_tensor(plain).shape[0] == 2
-    assert_bitwise_equal(output_tensor(plain), output_tensor(overlapped))
+    assert_outputs_bitwise_equal(plain, overlapped)
     assert_same_states(pg, og)
 
 
 @pytest.mark.parametrize("as_list", [False, True])
-@pytest.mark.parametrize("name", ["wan21", "flux", "ltx"])
+@pytest.mark.parametrize("name", ["wan21", "flux", "ltx", "stable_audio", "ltx2"])
 def test_several_outputs_per_prompt(tiny: Any, name: str, as_list: bool) -> None:
     pipe = tiny(name)
     kwargs = {**call_kwargs(name), PER_PROMPT.get(name, "num_videos_per_prompt"): 2}
-    if name == "ltx":  # LTX repeats `decode_timestep` per prompt, not per video: a diffusers bug
+    if name in ("ltx", "ltx2"):  # they repeat `decode_timestep` per prompt, not per video: a bug
         kwargs["output_type"] = "latent"
     seeds = [5, 6] if as_list else [5]
     plain, overlapped, report, pg, og = _both_arms(pipe, kwargs, seeds, as_list)

@@ -2,7 +2,7 @@
 
 Classes are matched exactly (module and qualified name): a subclass may draw differently, so it
 runs the plain call until a plan is registered for it. Only plans tested bitwise against the plain
-call on tiny pipelines are registered (HunyuanVideo, StableAudio and LTX2 are not yet).
+call on tiny pipelines are registered.
 """
 
 from __future__ import annotations
@@ -14,7 +14,10 @@ import torch
 
 from prenoise.integrations.diffusers.pipelines.cogvideox import plan_cogvideox, plan_cogvideox_i2v
 from prenoise.integrations.diffusers.pipelines.flux import plan_flux
+from prenoise.integrations.diffusers.pipelines.hunyuan_video import plan_hunyuan_video
 from prenoise.integrations.diffusers.pipelines.ltx import plan_ltx, plan_ltx_i2v
+from prenoise.integrations.diffusers.pipelines.ltx2 import plan_ltx2
+from prenoise.integrations.diffusers.pipelines.stable_audio import plan_stable_audio
 from prenoise.integrations.diffusers.pipelines.wan import plan_wan, plan_wan_i2v
 from prenoise.integrations.diffusers.plan import BoundCall, PlannedDraw
 
@@ -35,6 +38,11 @@ _PLANS: dict[str, Planner] = {
     "diffusers.pipelines.cogvideo.pipeline_cogvideox_image2video.CogVideoXImageToVideoPipeline": (
         plan_cogvideox_i2v
     ),
+    "diffusers.pipelines.hunyuan_video.pipeline_hunyuan_video.HunyuanVideoPipeline": (
+        plan_hunyuan_video
+    ),
+    "diffusers.pipelines.stable_audio.pipeline_stable_audio.StableAudioPipeline": plan_stable_audio,
+    "diffusers.pipelines.ltx2.pipeline_ltx2.LTX2Pipeline": plan_ltx2,
 }
 
 

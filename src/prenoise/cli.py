@@ -199,6 +199,39 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_serve(args: argparse.Namespace) -> int:
+    try:
+        import uvicorn
+
+        from prenoise.serve import ServeLimits, ServeSettings, create_app
+    except ImportError as exc:
+        console.print(f"[red]error:[/] {exc.name} is missing: pip install 'prenoise[serve]'")
+        return 2
+    from prenoise.ref2va.config import RecipeError, load_recipe
+
+    recipe = load_recipe(args.recipe)
+    media_root = args.media_root.resolve() if args.media_root else None
+    if media_root is not None and not media_root.is_dir():
+        raise RecipeError(f"--media-root {args.media_root}: not a directory")
+    settings = ServeSettings(
+        recipe=recipe,
+        output_dir=(args.output_dir or recipe.output_dir / "serve").resolve(),
+        media_root=media_root,
+        prepare_ahead=args.prepare_ahead,
+        limits=ServeLimits(max_upload_bytes=args.max_upload_mb * 2**20),
+    )
+    with console.status("loading models…"):
+        app = create_app(settings)
+    console.print(
+        f"serving {recipe.name} on http://{args.host}:{args.port} (outputs: "
+        f"{settings.output_dir}, media root: {media_root}, "
+        f"prepare-ahead: {args.prepare_ahead})",
+        soft_wrap=True,
+    )
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="prenoise",
@@ -239,6 +272,23 @@ def build_parser() -> argparse.ArgumentParser:
     doctor = sub.add_parser("doctor", help="which noise backend is active, and why")
     doctor.set_defaults(func=_cmd_doctor)
 
+    serve = sub.add_parser("serve", help="HTTP service: queue Ref2VA requests on one model")
+    serve.add_argument("--recipe", required=True, type=Path, help="models + request defaults")
+    serve.add_argument("--host", default="127.0.0.1", help="bind address (default: loopback)")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--media-root", type=Path, help="reference paths must lie inside it")
+    serve.add_argument("--output-dir", type=Path, help="default: OUTPUT_DIR/serve")
+    serve.add_argument(
+        "--prepare-ahead",
+        type=int,
+        default=1,
+        metavar="N",
+        help="queued requests prepared (media + noise) during the current denoise",
+    )
+    serve.add_argument("--max-upload-mb", type=int, default=64, help="request body limit")
+    serve.add_argument("--log-level", default="info")
+    serve.set_defaults(func=_cmd_serve)
+
     cmp_ = sub.add_parser("compare", help="bitwise-compare two torch.save files")
     cmp_.add_argument("a")
     cmp_.add_argument("b")
@@ -247,11 +297,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _world_size() -> int:
+    """`WORLD_SIZE` set by `torchrun` (1 when unset): above 1, requests run distributed."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `prenoise` console script; returns the exit status."""
     args = build_parser().parse_args(argv)
+    func = args.func
+    if args.command in ("generate", "verify", "bench") and _world_size() > 1:
+        from prenoise.distributed.commands import run_distributed
+
+        func = run_distributed
     try:
-        return int(args.func(args))
+        return int(func(args))
     except _user_errors() as error:
         console.print(f"[red]error:[/] {error}", soft_wrap=True)
         return 2

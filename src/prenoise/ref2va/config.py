@@ -62,6 +62,22 @@ class ReferenceSpec(BaseModel):
         return self.kind in ("image", "video")
 
 
+class ParallelConfig(BaseModel):
+    """Parallel layout of a request run under ``torchrun`` (see ``prenoise.distributed``).
+
+    ``ranks`` must equal ``WORLD_SIZE`` when given; ``text_encoder_tp`` is accepted but the text
+    encoder runs replicated on every rank; ``timeout_s`` bounds every wait for another rank.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    ranks: int | None = Field(default=None, ge=1)
+    text_encoder_tp: int = Field(default=1, ge=1)
+    sequence_parallel: bool = True
+    host_shared_noise: bool = True
+    timeout_s: float = Field(default=300.0, gt=0)
+
+
 class Recipe(BaseModel):
     """One Ref2VA request: prompt, references, length, size, seed, sampling and outputs."""
 
@@ -88,6 +104,7 @@ class Recipe(BaseModel):
     device: str = "cpu"
     model: ModelConfig = ModelConfig()
     checkpoint: Path | None = None
+    parallel: ParallelConfig | None = None
 
     @model_validator(mode="after")
     def _check(self) -> Recipe:

@@ -49,6 +49,18 @@ def _row_mean(x: torch.Tensor) -> torch.Tensor:
     return x.sum(dim=0) / x.shape[0]
 
 
+RowMeans = Callable[[list[torch.Tensor]], tuple[list[torch.Tensor], list[int]]]
+"""Row means and row counts of several `[N_i, d]` tensors: the model's only cross-row operation.
+
+The default, `local_row_means`, sees all rows; a sequence-parallel runner passes one that
+all-reduces shard sums and counts, and the rest of the model is unchanged."""
+
+
+def local_row_means(parts: list[torch.Tensor]) -> tuple[list[torch.Tensor], list[int]]:
+    """`_row_mean` of each part and its row count (every row is local)."""
+    return [_row_mean(p) for p in parts], [int(p.shape[0]) for p in parts]
+
+
 def timestep_features(sigma: torch.Tensor, dim: int) -> torch.Tensor:
     """Sinusoidal features ``[dim]`` of ``1000 * sigma``."""
     half = dim // 2
@@ -82,9 +94,11 @@ class JointBlock(nn.Module):
         text: torch.Tensor,
         text_mask: torch.Tensor | None,
         condition: torch.Tensor,
+        row_means: RowMeans = local_row_means,
     ) -> list[torch.Tensor]:
         """Update each stream ``[N_i, d]`` given its conditioning vector ``[d]``."""
-        pooled = torch.cat([_row_mean(_norm(streams[0])), _row_mean(_norm(streams[1])), condition])
+        (mean_v, mean_a), _ = row_means([_norm(streams[0]), _norm(streams[1])])
+        pooled = torch.cat([mean_v, mean_a, condition])
         summary = self.pool(F.silu(pooled))
         d = text.shape[-1]
         heads, head_dim = self.heads, d // self.heads
@@ -157,19 +171,28 @@ class JointTransformer(nn.Module):
         self,
         video_cond_rows: torch.Tensor | None = None,
         audio_cond_rows: torch.Tensor | None = None,
+        row_means: RowMeans = local_row_means,
     ) -> torch.Tensor:
         """Pooled summary ``[d]`` of visual-condition rows ``[N_c, 96]`` and audio rows ``[M, 32]``.
 
-        Compute it once per request and pass it to every :meth:`forward` call.
+        Compute it once per request and pass it to every :meth:`forward` call. Empty inputs
+        (None, or no rows anywhere) add nothing.
         """
         summary = torch.zeros(self.config.dim, device=self.device)
-        for rows, proj in (
-            (video_cond_rows, self.cond_video_in),
-            (audio_cond_rows, self.cond_audio_in),
-        ):
-            if rows is not None and rows.shape[0] > 0:
-                h = F.silu(self.cond_mlp(F.silu(proj(rows.to(self.device, torch.float32)))))
-                summary = summary + _row_mean(h)
+        hidden = [
+            F.silu(self.cond_mlp(F.silu(proj(rows.to(self.device, torch.float32)))))
+            for rows, proj in (
+                (video_cond_rows, self.cond_video_in),
+                (audio_cond_rows, self.cond_audio_in),
+            )
+            if rows is not None
+        ]
+        if not hidden:
+            return summary
+        means, counts = row_means(hidden)
+        for mean, count in zip(means, counts, strict=True):
+            if count > 0:
+                summary = summary + mean
         return summary
 
     def encode_text(self, text: torch.Tensor) -> torch.Tensor:
@@ -190,11 +213,13 @@ class JointTransformer(nn.Module):
         sigma_audio: torch.Tensor | float,
         condition: torch.Tensor | None = None,
         text_mask: torch.Tensor | None = None,
+        row_means: RowMeans = local_row_means,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Velocities ``(video [N_v, 96], audio [N_a, 32])`` at the given sigmas.
 
         ``text`` is ``[L, text_dim]`` or ``[1, L, text_dim]``; ``condition`` comes from
         :meth:`summarize_conditions`; ``text_mask`` is a bool ``[L]`` (True = keep).
+        ``row_means`` computes the cross-row means (see `RowMeans`).
         """
         txt = self.encode_text(text)
         mask = None if text_mask is None else text_mask.to(self.device).reshape(-1).bool()
@@ -206,7 +231,7 @@ class JointTransformer(nn.Module):
         ]
         stream_cond = [t_v + self.stream_embed[0] + cond, t_a + self.stream_embed[1] + cond]
         for block in self.blocks:
-            streams = block(streams, stream_cond, txt, mask, cond)
+            streams = block(streams, stream_cond, txt, mask, cond, row_means)
         outs: list[torch.Tensor] = []
         for x, c, head in zip(streams, stream_cond, (self.video_out, self.audio_out), strict=True):
             shift, scale = self.final_mod(F.silu(c)).chunk(2)
@@ -218,12 +243,22 @@ class JointTransformer(nn.Module):
         text: torch.Tensor,
         condition: torch.Tensor | None = None,
         text_mask: torch.Tensor | None = None,
+        row_means: RowMeans = local_row_means,
     ) -> VelocityFn:
         """Bind text and conditions: ``(video, audio, sigma_v, sigma_a) -> velocities``."""
 
         def fn(
             video: torch.Tensor, audio: torch.Tensor, s_v: torch.Tensor, s_a: torch.Tensor
         ) -> tuple[torch.Tensor, torch.Tensor]:
-            return self(video, audio, text, s_v, s_a, condition=condition, text_mask=text_mask)
+            return self(
+                video,
+                audio,
+                text,
+                s_v,
+                s_a,
+                condition=condition,
+                text_mask=text_mask,
+                row_means=row_means,
+            )
 
         return fn

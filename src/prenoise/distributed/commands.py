@@ -1,0 +1,126 @@
+"""`prenoise generate|verify|bench` under `torchrun` (called by `prenoise.cli` when
+`WORLD_SIZE` > 1). Rank 0 prints the tables and writes the files; every rank prints its errors.
+
+Exit status: 0 success, 1 a failed check or a failed rank, 2 a user error (as the plain CLI).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+from pathlib import Path
+from types import FrameType
+
+from rich.console import Console
+from rich.table import Table
+
+from prenoise.distributed.bench import run_distributed_bench
+from prenoise.distributed.group import DistContext, env_world_size, init_distributed, shutdown
+from prenoise.distributed.request import ResolvedRequest, broadcast_request
+from prenoise.distributed.runner import DistributedRef2VA
+from prenoise.distributed.shm import sweep_stale_segments
+from prenoise.distributed.status import DistributedPreparationError
+from prenoise.distributed.verification import verify_distributed
+from prenoise.ref2va.cli_options import recipe_from_args
+from prenoise.ref2va.config import ParallelConfig, Recipe, RecipeError
+from prenoise.ref2va.models import Ref2VAModels
+
+__all__ = ["run_distributed"]
+
+console = Console()
+
+
+def _terminate(signum: int, _frame: FrameType | None) -> None:
+    # torchrun stops the other workers with SIGTERM when one fails: unwind so `finally` blocks
+    # unlink shared segments and leave the process group.
+    raise SystemExit(128 + signum)
+
+
+def _parallel(recipe: Recipe) -> ParallelConfig:
+    parallel = recipe.parallel or ParallelConfig()
+    world = env_world_size()
+    if parallel.ranks is not None and parallel.ranks != world:
+        raise RecipeError(f"recipe declares parallel.ranks={parallel.ranks}, WORLD_SIZE={world}")
+    if parallel.text_encoder_tp > world:
+        raise RecipeError(f"parallel.text_encoder_tp={parallel.text_encoder_tp} > {world} ranks")
+    return parallel
+
+
+def run_distributed(args: argparse.Namespace) -> int:
+    """Run `args.command` on this rank of a `torchrun` job; see the module docstring."""
+    recipe = recipe_from_args(args)
+    parallel = _parallel(recipe)
+    signal.signal(signal.SIGTERM, _terminate)
+    ctx = init_distributed(parallel.timeout_s, recipe.device)
+    try:
+        if ctx.is_host_leader:
+            sweep_stale_segments()
+        if recipe.checkpoint is not None:
+            models = Ref2VAModels.from_checkpoint(
+                recipe.checkpoint, recipe.model, device=ctx.device
+            )
+        else:
+            models = Ref2VAModels.default(recipe.model, device=ctx.device)
+        runner = DistributedRef2VA(ctx, models, parallel)
+        request = broadcast_request(ctx, recipe if ctx.rank == 0 else None, models)
+        command = {"generate": _generate, "verify": _verify, "bench": _bench}[args.command]
+        return command(args, ctx, runner, request)
+    except DistributedPreparationError as error:
+        console.print(f"[red]error:[/] [rank {ctx.rank}] {error}", soft_wrap=True)
+        return 1
+    finally:
+        shutdown()
+
+
+def _generate(
+    args: argparse.Namespace, ctx: DistContext, runner: DistributedRef2VA, request: ResolvedRequest
+) -> int:
+    recipe = request.recipe()
+    out = Path(args.out) if args.out else recipe.output_dir / f"{recipe.name}.mp4"
+    paths, seconds = runner.generate(request, out, args.arm)
+    if ctx.rank == 0:
+        table = Table(title=f"{recipe.name}: {args.arm} arm, {ctx.world_size} ranks (rank 0)")
+        table.add_column("stage")
+        table.add_column("seconds", justify="right")
+        for name, value in seconds.items():
+            table.add_row(name, f"{value:.3f}")
+        console.print(table)
+        for path in paths:
+            console.print(f"wrote [bold]{path}[/]")
+    return 0
+
+
+def _verify(
+    args: argparse.Namespace, ctx: DistContext, runner: DistributedRef2VA, request: ResolvedRequest
+) -> int:
+    result = verify_distributed(runner, request)
+    if ctx.rank == 0:
+        if args.json:
+            Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.json).write_text(json.dumps(result.to_json(), indent=2))
+        style = "green" if result.equal else "red"
+        console.print(f"[{style}]{result.summary()}[/]", soft_wrap=True)
+    return 0 if result.equal else 1
+
+
+def _bench(
+    args: argparse.Namespace, ctx: DistContext, runner: DistributedRef2VA, request: ResolvedRequest
+) -> int:
+    summary = run_distributed_bench(runner, request, pairs=args.pairs, warmup=args.warmup)
+    if summary is not None:
+        table = Table(title=f"{summary['recipe']}: {ctx.world_size} ranks, medians per request")
+        table.add_column("metric")
+        for mode in summary["medians"]:
+            table.add_column(mode, justify="right")
+        first = next(iter(summary["medians"].values()))
+        for key in first:
+            scale = 2**20 if key.endswith("bytes") else 1
+            cells = [f"{summary['medians'][m][key] / scale:.3f}" for m in summary["medians"]]
+            table.add_row(key.replace("_bytes", "_MiB"), *cells)
+        console.print(table)
+        if args.json:
+            Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.json).write_text(json.dumps(summary, indent=2))
+            console.print(f"wrote {args.json}")
+    return 0

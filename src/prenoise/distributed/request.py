@@ -1,0 +1,89 @@
+"""Rank 0 resolves a request and broadcasts it; every rank then works from the same resolution.
+
+Resolution = the validated recipe (as JSON data), its geometry, every output seed, the predicted
+visual-condition shapes (from the very VAE methods the encoder uses) and a request id that names
+the request's store keys and shared segments. If rank 0 fails to resolve, the other ranks raise
+`RankFailedError` with its original error text instead of waiting.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import torch.distributed as dist
+
+from prenoise.distributed.group import DistContext
+from prenoise.distributed.status import RankFailedError, describe_error
+from prenoise.ref2va.conditioning import validate_references
+from prenoise.ref2va.config import Recipe
+from prenoise.ref2va.geometry import RequestGeometry
+from prenoise.ref2va.models import Ref2VAModels
+from prenoise.ref2va.references import predict_reference_shape
+
+__all__ = ["ResolvedRequest", "broadcast_request", "resolve_request"]
+
+LatentShape = tuple[int, int, int]
+
+
+@dataclass(frozen=True)
+class ResolvedRequest:
+    """What every rank needs to build identical denoise inputs."""
+
+    request_id: str
+    recipe_data: dict[str, Any]
+    geometry: RequestGeometry
+    seeds: tuple[int, ...]
+    predicted_shapes: tuple[LatentShape, ...]
+
+    def recipe(self) -> Recipe:
+        """The recipe, re-validated from the broadcast data (identical on every rank)."""
+        recipe = Recipe.model_validate(self.recipe_data)
+        if recipe.geometry() != self.geometry:
+            raise RuntimeError("the broadcast geometry differs from this rank's recipe geometry")
+        return recipe
+
+
+def resolve_request(recipe: Recipe, models: Ref2VAModels) -> ResolvedRequest:
+    """Resolve on this process: create missing synthetic references, predict condition shapes."""
+    validate_references(recipe.references)
+    width, height = recipe.size()
+    predicted = tuple(
+        shape
+        for spec in recipe.references
+        if (shape := predict_reference_shape(spec, models.video_vae, width, height)) is not None
+    )
+    return ResolvedRequest(
+        request_id=uuid.uuid4().hex[:12],
+        recipe_data=recipe.model_dump(mode="json"),
+        geometry=recipe.geometry(),
+        seeds=tuple(recipe.output_seed(i) for i in range(recipe.outputs)),
+        predicted_shapes=predicted,
+    )
+
+
+def broadcast_request(
+    ctx: DistContext, recipe: Recipe | None, models: Ref2VAModels
+) -> ResolvedRequest:
+    """Rank 0 resolves `recipe` and sends the result; other ranks pass None and receive it.
+
+    Raises on every rank when rank 0's resolution failed (the original exception on rank 0).
+    """
+    payload: list[Any] = [None]
+    error: BaseException | None = None
+    if ctx.rank == 0:
+        if recipe is None:
+            raise ValueError("rank 0 needs the recipe")
+        try:
+            payload[0] = resolve_request(recipe, models)
+        except Exception as exc:
+            error = exc
+            payload[0] = describe_error(exc)
+    dist.broadcast_object_list(payload, src=0, group=ctx.cpu_group)
+    if error is not None:
+        raise error
+    if isinstance(payload[0], str):
+        raise RankFailedError(f"rank 0 failed to resolve the request: {payload[0]}")
+    assert isinstance(payload[0], ResolvedRequest)
+    return payload[0]

@@ -237,6 +237,53 @@ def video_codec_name() -> str:
     raise MediaError("PyAV has no H.264 or MPEG-4 encoder")
 
 
+# x264 cpu-flag names (x264 common/cpu.c) for the /proc/cpuinfo flags that imply them. AVX-512 is
+# left out on purpose (see `_x264_cpu_options`); so are XOP/FMA4 (old AMD only, speed only).
+_X264_CPU_NAMES = (
+    ("sse", "MMX2"),
+    ("sse", "SSE"),
+    ("sse2", "SSE2"),
+    ("pni", "SSE3"),
+    ("ssse3", "SSSE3"),
+    ("sse4_1", "SSE4.1"),
+    ("sse4_2", "SSE4.2"),
+    ("sse4_2", "SSE2Fast"),
+    ("abm", "LZCNT"),
+    ("avx", "AVX"),
+    ("fma", "FMA3"),
+    ("bmi1", "BMI1"),
+    ("bmi2", "BMI2"),
+    ("avx2", "AVX2"),
+)
+
+
+def _x264_cpu_options() -> dict[str, str]:
+    """x264 options that keep its AVX-512 code paths off; empty when the CPU has no AVX-512.
+
+    With AVX-512 (seen on AMD Zen 5, PyAV 18's bundled x264) the same frames encode to different
+    bytes from one call to the next for widths such as 96, 160 or 224: those paths read memory
+    the encoder never wrote. Without them the bytes are deterministic and encoding is as fast.
+    The remaining flags are the CPU's own (from /proc/cpuinfo), never more.
+    """
+    flags = _cpu_flags()
+    if "avx512f" not in flags:
+        return {}
+    names = dict.fromkeys(name for flag, name in _X264_CPU_NAMES if flag in flags)
+    return {"x264-params": "asm=" + ",".join(names)} if names else {}
+
+
+def _cpu_flags() -> frozenset[str]:
+    """The `flags` of the first CPU in /proc/cpuinfo (empty where there is none)."""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
 def write_mp4(
     path: str | os.PathLike[str],
     frames: Iterable[torch.Tensor],
@@ -283,7 +330,7 @@ def _write_mp4(
         vstream: Any = container.add_stream(codec, rate=fps)
         vstream.width, vstream.height, vstream.pix_fmt = width, height, "yuv420p"
         if codec == "libx264":
-            vstream.options = {"crf": str(crf), "preset": preset}
+            vstream.options = {"crf": str(crf), "preset": preset, **_x264_cpu_options()}
         astream: Any = None
         if audio is not None:
             astream = container.add_stream("aac", rate=sample_rate, layout="stereo")

@@ -1,0 +1,187 @@
+"""The HTTP API (FastAPI). Routes only translate HTTP to `Service` calls and back.
+
+- `POST /v1/videos`: JSON body (`schema.VideoRequest`) or multipart (`request`: the same JSON as
+  a text field; `reference`: uploaded files, repeatable) → 202 `{"id", "state", "status_url"}`;
+  invalid input → 422 `{"error", "field"}` with `field` naming the offending field; oversized
+  body → 413.
+- `GET /v1/videos/{id}`: `Job.view()` (state, progress `i/N`, timings, error).
+- `GET /v1/videos/{id}/content?output=k`: the finished MP4 (409 while not done).
+- `DELETE /v1/videos/{id}`: queued → cancelled at once (200); running → stops at its next step
+  boundary (202); finished → record and files removed (200, state `deleted`).
+- `GET /health`, `GET /metrics` (Prometheus text format).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from anyio import to_thread
+from fastapi import FastAPI, Request
+from fastapi.responses import FileResponse, JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST
+from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import UploadFile
+
+from prenoise.ref2va.pipeline import Ref2VAPipeline
+from prenoise.serve.jobs import TERMINAL, JobState
+from prenoise.serve.schema import RequestRejected, build_recipe, parse_request
+from prenoise.serve.service import ServeSettings, Service
+from prenoise.serve.uploads import BodySizeLimit, BodyTooLarge, save_uploads
+
+__all__ = ["create_app"]
+
+
+def _error(status: int, message: str, field: str | None = None, **extra: Any) -> JSONResponse:
+    return JSONResponse({"error": message, "field": field, **extra}, status_code=status)
+
+
+def create_app(settings: ServeSettings, pipeline: Ref2VAPipeline | None = None) -> FastAPI:
+    """A FastAPI app serving `settings`; the executor starts and stops with the app lifespan."""
+    service = Service(settings, pipeline)
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        # Bound the HTTP layer's worker threads (AnyIO's default is 40, grown on demand).
+        to_thread.current_default_thread_limiter().total_tokens = settings.io_threads
+        service.start()
+        try:
+            yield
+        finally:
+            await run_in_threadpool(service.stop)
+
+    app = FastAPI(title="prenoise serve", lifespan=lifespan)
+    app.state.service = service
+    app.add_middleware(BodySizeLimit, max_bytes=settings.limits.max_upload_bytes)
+
+    @app.exception_handler(BodyTooLarge)
+    async def _too_large(_request: Request, exc: BodyTooLarge) -> JSONResponse:
+        service.reject()
+        return _error(413, f"body: {exc}", "body")
+
+    @app.exception_handler(RequestRejected)
+    async def _rejected(_request: Request, exc: RequestRejected) -> JSONResponse:
+        service.reject()
+        return _error(exc.status, str(exc), exc.field)
+
+    @app.post("/v1/videos", status_code=202)
+    async def create_video(request: Request) -> JSONResponse:
+        job_id = service.new_job_id()
+        folder = service.upload_dir(job_id)
+        try:
+            data, uploads = await _read_body(request, service, folder)
+            req = parse_request(data)
+            recipe = await run_in_threadpool(
+                build_recipe,
+                settings.recipe,
+                req,
+                media_root=settings.media_root,
+                uploads=uploads,
+                limits=settings.limits,
+            )
+            job = service.submit(job_id, recipe, folder if uploads else None)
+        except BaseException:
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
+        url = f"/v1/videos/{job.id}"
+        return JSONResponse(
+            {"id": job.id, "state": job.state.value, "status_url": url},
+            status_code=202,
+            headers={"Location": url},
+        )
+
+    @app.get("/v1/videos/{job_id}")
+    async def get_video(job_id: str) -> JSONResponse:
+        job = service.store.get(job_id)
+        if job is None:
+            return _error(404, f"no job {job_id!r}")
+        with service.store.lock:
+            return JSONResponse(job.view())
+
+    @app.get("/v1/videos/{job_id}/content", response_model=None)
+    async def get_content(job_id: str, output: int = 0) -> Response:
+        job = service.store.get(job_id)
+        if job is None:
+            return _error(404, f"no job {job_id!r}")
+        with service.store.lock:
+            state, paths = job.state, list(job.paths)
+        if state is not JobState.DONE:
+            return _error(409, f"job {job_id} is {state.value}, not done", state=state.value)
+        if not 0 <= output < len(paths):
+            return _error(404, f"output: job {job_id} has outputs 0..{len(paths) - 1}", "output")
+        return FileResponse(paths[output], media_type="video/mp4", filename=paths[output].name)
+
+    @app.delete("/v1/videos/{job_id}")
+    async def delete_video(job_id: str) -> JSONResponse:
+        job = service.store.get(job_id)
+        if job is None:
+            return _error(404, f"no job {job_id!r}")
+        if job.state in TERMINAL:
+            service.store.remove(job_id)
+            return JSONResponse({"id": job_id, "state": "deleted"})
+        service.scheduler.cancel(job)
+        with service.store.lock:
+            state = job.state
+        status = 200 if state in TERMINAL else 202
+        return JSONResponse({"id": job_id, "state": state.value}, status_code=status)
+
+    @app.get("/health")
+    async def health() -> JSONResponse:
+        alive = service.scheduler.alive
+        current = service.scheduler.current
+        body = {
+            "status": "ok" if alive else "executor stopped",
+            "queue_depth": service.scheduler.queue_depth,
+            "running": current.id if current is not None else None,
+            "prepare_ahead": settings.prepare_ahead,
+            "noise_backend": {
+                "name": service.backend.name,
+                "active": service.backend.active,
+                "reason": service.backend.reason,
+            },
+        }
+        return JSONResponse(body, status_code=200 if alive else 503)
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        return Response(service.metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
+    return app
+
+
+async def _read_body(request: Request, service: Service, folder: Path) -> tuple[Any, list[Path]]:
+    """The JSON request data and the saved uploads (multipart) of a POST."""
+    content_type = request.headers.get("content-type", "")
+    if content_type.startswith("multipart/form-data"):
+        limits = service.settings.limits
+        async with request.form(
+            max_files=limits.max_references, max_fields=8, max_part_size=1 << 20
+        ) as form:
+            unknown = [key for key in form if key not in ("request", "reference")]
+            if unknown:
+                raise RequestRejected(unknown[0], "unknown form field")
+            raw = form.get("request")
+            if isinstance(raw, UploadFile):
+                raw = (await raw.read()).decode("utf-8", "replace")
+            data = _decode_json(raw or "{}", "request")
+            files = [f for f in form.getlist("reference") if isinstance(f, UploadFile)]
+            if len(files) != len(form.getlist("reference")):
+                raise RequestRejected("reference", "must be a file upload")
+            pairs = [(f.filename, f.file) for f in files]
+            uploads = await run_in_threadpool(save_uploads, folder, pairs) if pairs else []
+        return data, uploads
+    if content_type and not content_type.startswith("application/json"):
+        raise RequestRejected("body", f"unsupported content type {content_type!r}", status=415)
+    body = await request.body()
+    return _decode_json(body or b"{}", "body"), []
+
+
+def _decode_json(raw: str | bytes, field: str) -> Any:
+    try:
+        return json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise RequestRejected(field, f"not valid JSON ({exc})") from None

@@ -1,0 +1,92 @@
+"""One service instance: settings, the pipeline (one model instance), jobs, scheduler, metrics."""
+
+from __future__ import annotations
+
+import shutil
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from prenoise.ref2va.cli_options import load_models
+from prenoise.ref2va.conditioning import validate_references
+from prenoise.ref2va.config import Recipe
+from prenoise.ref2va.pipeline import Ref2VAPipeline
+from prenoise.serve.jobs import Job, JobState, JobStore
+from prenoise.serve.metrics import KernelBackend, ServeMetrics, kernel_backend
+from prenoise.serve.scheduler import Scheduler
+from prenoise.serve.schema import ServeLimits
+
+__all__ = ["ServeSettings", "Service"]
+
+
+@dataclass(frozen=True)
+class ServeSettings:
+    """What `prenoise serve` is started with.
+
+    `recipe` gives the models and every request default; outputs go to `output_dir` (uploads
+    to its `.uploads/` folder, removed when their job ends); reference paths must lie inside
+    `media_root` (None: only uploads are accepted).
+    """
+
+    recipe: Recipe
+    output_dir: Path
+    media_root: Path | None = None
+    prepare_ahead: int = 1
+    limits: ServeLimits = field(default_factory=ServeLimits)
+    max_finished: int = 256
+    io_threads: int = 4
+    """Threads the HTTP layer may use for blocking work (validation, file I/O): AnyIO's pool."""
+
+
+class Service:
+    """Builds the pipeline (unless given) and wires the store, scheduler and metrics."""
+
+    def __init__(self, settings: ServeSettings, pipeline: Ref2VAPipeline | None = None) -> None:
+        recipe = settings.recipe
+        validate_references(recipe.references)  # the recipe's defaults must be usable
+        self.settings = settings
+        self.pipeline = pipeline or Ref2VAPipeline(load_models(recipe), device=recipe.device)
+        self.backend: KernelBackend = kernel_backend()
+        self.metrics = ServeMetrics(self.backend)
+        self.store = JobStore(settings.max_finished)
+        self.scheduler = Scheduler(
+            self.pipeline,
+            self.store,
+            self.metrics,
+            settings.output_dir,
+            prepare_ahead=settings.prepare_ahead,
+        )
+        self.upload_root = settings.output_dir / ".uploads"
+
+    def start(self) -> None:
+        """Start the executor thread."""
+        self.scheduler.start()
+
+    def stop(self) -> None:
+        """Cancel queued work, stop the running job at its next step, remove stray uploads."""
+        self.scheduler.stop()
+        shutil.rmtree(self.upload_root, ignore_errors=True)
+
+    @staticmethod
+    def new_job_id() -> str:
+        """A fresh random job id (32 hex digits)."""
+        return uuid.uuid4().hex
+
+    def upload_dir(self, job_id: str) -> Path:
+        """The private upload folder of job `job_id`."""
+        return self.upload_root / job_id
+
+    def submit(self, job_id: str, recipe: Recipe, upload_dir: Path | None) -> Job:
+        """Register and queue a validated request."""
+        job = Job(recipe=recipe, id=job_id, upload_dir=upload_dir)
+        self.store.add(job)
+        try:
+            self.scheduler.submit(job)
+        except RuntimeError:
+            self.store.transition(job, JobState.CANCELLED, error="service shutting down")
+            raise
+        return job
+
+    def reject(self) -> None:
+        """Count a refused request."""
+        self.metrics.requests.labels(outcome="rejected").inc()

@@ -1,0 +1,83 @@
+"""Request bodies: a hard size limit on POST bodies and saving uploaded reference files.
+
+`BodySizeLimit` (ASGI middleware) answers 413 before reading when `Content-Length` exceeds the
+limit and raises `BodyTooLarge` as soon as the bytes actually received do (chunked bodies
+included), so an oversized upload is never read to the end. `save_uploads` copies uploaded
+files into a job's private folder under server-chosen names (`paths.safe_upload_name`).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+from typing import BinaryIO
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from prenoise.serve.paths import safe_upload_name
+
+__all__ = ["BodySizeLimit", "BodyTooLarge", "save_uploads"]
+
+
+class BodyTooLarge(ValueError):
+    """The request body exceeded the configured limit."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"request body larger than {limit} bytes")
+        self.limit = limit
+
+
+class BodySizeLimit:
+    """ASGI middleware limiting the body of POST requests to `max_bytes`."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope.get("method") != "POST":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
+            await _send_413(send, self.max_bytes)
+            return
+        received = 0
+        limit = self.max_bytes
+
+        async def limited_receive() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > limit:
+                    raise BodyTooLarge(limit)
+            return message
+
+        await self.app(scope, limited_receive, send)
+
+
+async def _send_413(send: Send, limit: int) -> None:
+    body = (
+        b'{"error":"body: request body larger than ' + str(limit).encode() + b' bytes",'
+        b'"field":"body"}'
+    )
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": 413, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+def save_uploads(folder: Path, files: Sequence[tuple[str | None, BinaryIO]]) -> list[Path]:
+    """Copy `(client filename, stream)` pairs into `folder` (created 0700); returns the paths."""
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    paths: list[Path] = []
+    for index, (filename, stream) in enumerate(files):
+        path = folder / safe_upload_name(index, filename)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "wb") as out:
+            stream.seek(0)
+            shutil.copyfileobj(stream, out, 1 << 20)
+        paths.append(path)
+    return paths

@@ -47,7 +47,7 @@ def plot_timelines(arms: Mapping[str, Sequence[Span]], path: Path, *, title: str
         for s in sorted(spans, key=lambda s: s.start_s):
             lanes.setdefault(s.thread_id, s.thread_name)
         order = {tid: i for i, tid in enumerate(lanes)}
-        for s in spans:
+        for s in sorted(spans, key=lambda s: -s.duration_s):  # nested (shorter) spans on top
             y = order[s.thread_id]
             start, width = s.start_s - origin, s.duration_s
             if s.category == Category.REQUEST:

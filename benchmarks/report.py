@@ -49,9 +49,28 @@ def table(summary: dict[str, Any]) -> str:
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["--replot"]:
+        print(replot(Path(sys.argv[2]), sys.argv[3]))
+        return
     for path in sys.argv[1:]:
         print(table(json.loads(Path(path).read_text())))
         print()
+
+
+def replot(trace_dir: Path, recipe: str) -> Path:
+    """Redraw `<recipe>-timeline.png` from the two Chrome traces a bench wrote."""
+    from prenoise.timeline_plot import plot_timelines
+    from prenoise.tracing import spans_from_chrome_trace
+
+    arms = {
+        arm: spans_from_chrome_trace(
+            json.loads((trace_dir / f"{recipe}-{arm}.trace.json").read_text())
+        )
+        for arm in ("serial", "overlapped")
+    }
+    return plot_timelines(
+        arms, trace_dir / f"{recipe}-timeline.png", title=f"{recipe}: last pair, threads as lanes"
+    )
 
 
 if __name__ == "__main__":

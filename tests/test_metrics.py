@@ -96,3 +96,13 @@ def test_peak_rss_reset_and_read() -> None:
     assert grown >= base + 48 * 1024 * 1024
     if reset_peak_rss():
         assert peak_rss_bytes() < grown
+
+
+def test_chrome_trace_round_trip() -> None:
+    from prenoise.tracing import spans_from_chrome_trace
+
+    back = spans_from_chrome_trace(json.loads(json.dumps(chrome_trace(OVERLAPPED))))
+    assert [(s.name, s.category, s.thread_name) for s in back] == [
+        (s.name, s.category, s.thread_name) for s in OVERLAPPED
+    ]
+    assert [round(s.duration_s, 9) for s in back] == [round(s.duration_s, 9) for s in OVERLAPPED]

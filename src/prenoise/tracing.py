@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["NULL_TRACER", "Category", "Span", "Tracer", "chrome_trace"]
+__all__ = ["NULL_TRACER", "Category", "Span", "Tracer", "chrome_trace", "spans_from_chrome_trace"]
 
 
 class Category:
@@ -131,3 +131,22 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, str | int | float | bool) or value is None:
         return value
     return str(value)
+
+
+def spans_from_chrome_trace(trace: dict[str, Any]) -> list[Span]:
+    """Inverse of `chrome_trace` (times relative to the trace's first span, in seconds)."""
+    events = trace["traceEvents"]
+    names = {e["tid"]: e["args"]["name"] for e in events if e.get("name") == "thread_name"}
+    return [
+        Span(
+            e["name"],
+            e.get("cat", ""),
+            e["tid"],
+            names.get(e["tid"], str(e["tid"])),
+            e["ts"] / 1e6,
+            (e["ts"] + e["dur"]) / 1e6,
+            dict(e.get("args", {})),
+        )
+        for e in events
+        if e.get("ph") == "X"
+    ]

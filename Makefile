@@ -24,8 +24,8 @@ demo: $(STAMP)
 	$(VENV)/bin/prenoise verify --recipe $(DEMO_RECIPE) --json outputs/ref2va-demo/verify.json
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests
-	$(VENV)/bin/ruff format --check src tests
+	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/ruff format --check src tests benchmarks/*.py
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy

@@ -109,10 +109,14 @@ class DistributedRef2VA:
                         request.seeds[0], request.geometry, list(request.predicted_shapes)
                     )
                 pipeline = Ref2VAPipeline(self.models, device="cpu", noise_source=provider)
-                outputs = self._prepare_all(pipeline, recipe, "serial", keep_noise, tracer)
+                outputs, _ = pipeline.prepare_outputs(
+                    recipe, "serial", keep_noise=keep_noise, tracer=tracer
+                )
                 outputs[0].used_prepared_noise = request.seeds[0] in provider.started_ahead
             else:
-                outputs = self._prepare_all(self.pipeline, recipe, arm, keep_noise, tracer)
+                outputs, _ = self.pipeline.prepare_outputs(
+                    recipe, arm, keep_noise=keep_noise, tracer=tracer
+                )
         except BaseException as exc:
             board.post_error("preparation", exc)
             raise
@@ -123,20 +127,6 @@ class DistributedRef2VA:
         board.wait("prepared", range(self.ctx.world_size), self.parallel.timeout_s)
         fallbacks = provider.fallbacks if provider is not None else []
         return DistributedPrepared(request, outputs, shared, fallbacks)
-
-    @staticmethod
-    def _prepare_all(
-        pipeline: Ref2VAPipeline, recipe: Recipe, arm: Arm, keep_noise: bool, tracer: Tracer
-    ) -> list[PreparedOutput]:
-        conditioning, first, _ = pipeline.prepare(recipe, arm, keep_noise=keep_noise, tracer=tracer)
-        outputs = [first]
-        for index in range(1, recipe.outputs):
-            outputs.append(
-                pipeline.prepare_next(
-                    recipe, conditioning, index, keep_noise=keep_noise, tracer=tracer
-                )
-            )
-        return outputs
 
     # -- denoising -----------------------------------------------------------------------------
     def denoise(

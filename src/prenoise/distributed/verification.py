@@ -21,7 +21,6 @@ from prenoise.distributed.runner import DistributedRef2VA
 from prenoise.ref2va.pipeline import Arm, PreparedOutput, Ref2VAPipeline
 from prenoise.ref2va.verification import prepared_fields
 from prenoise.rng_guard import snapshot_global_rng
-from prenoise.tracing import NULL_TRACER
 from prenoise.verify import tensor_sha256
 
 __all__ = [
@@ -61,9 +60,7 @@ def field_digests(outputs: list[PreparedOutput]) -> Digests:
 
 def single_process_digests(pipeline: Ref2VAPipeline, request: ResolvedRequest) -> Digests:
     """Digests of a plain single-process serial preparation of the same request."""
-    outputs = DistributedRef2VA._prepare_all(
-        pipeline, request.recipe(), "serial", True, NULL_TRACER
-    )
+    outputs, _ = pipeline.prepare_outputs(request.recipe(), "serial", keep_noise=True)
     return field_digests(outputs)
 
 

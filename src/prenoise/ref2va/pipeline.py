@@ -186,6 +186,25 @@ class Ref2VAPipeline:
         del noise
         return prepared
 
+    def prepare_outputs(
+        self,
+        recipe: Recipe,
+        arm: Arm = "overlapped",
+        *,
+        keep_noise: bool = False,
+        tracer: Tracer = NULL_TRACER,
+    ) -> tuple[list[PreparedOutput], list[PredictionEvent]]:
+        """Prepare every output of the request (`prepare`, then `prepare_next` for i ≥ 1)."""
+        conditioning, first, events = self.prepare(
+            recipe, arm, keep_noise=keep_noise, tracer=tracer
+        )
+        outputs = [first]
+        outputs += [
+            self.prepare_next(recipe, conditioning, i, keep_noise=keep_noise, tracer=tracer)
+            for i in range(1, recipe.outputs)
+        ]
+        return outputs, events
+
     def _draw_serial(
         self, seed: int, geo: RequestGeometry, conditioning: Conditioning, tracer: Tracer
     ) -> NoiseFields:

@@ -10,7 +10,6 @@ import torch
 from prenoise.ref2va.config import Recipe
 from prenoise.ref2va.pipeline import PreparedOutput, Ref2VAPipeline
 from prenoise.rng_guard import snapshot_global_rng
-from prenoise.tracing import Tracer
 from prenoise.verify import FieldReport, TensorInfo, compare
 
 __all__ = ["VerifyResult", "prepared_fields", "verify_recipe"]
@@ -83,23 +82,6 @@ class VerifyResult:
         return f"{verdict}: {n - len(bad)}/{n} fields; global RNG {rng}"
 
 
-def _prepare_all(
-    pipeline: Ref2VAPipeline, recipe: Recipe, arm: str, tracer: Tracer
-) -> tuple[list[PreparedOutput], list[str]]:
-    conditioning, first, events = pipeline.prepare(
-        recipe,
-        "overlapped" if arm == "overlapped" else "serial",
-        keep_noise=True,
-        tracer=tracer,
-    )
-    outputs = [first]
-    outputs += [
-        pipeline.prepare_next(recipe, conditioning, i, keep_noise=True, tracer=tracer)
-        for i in range(1, recipe.outputs)
-    ]
-    return outputs, [f"{e.name}: predicted {e.predicted}, actual {e.actual}" for e in events]
-
-
 def verify_recipe(pipeline: Ref2VAPipeline, recipe: Recipe) -> VerifyResult:
     """Prepare every output with both arms and compare all fields bitwise.
 
@@ -107,8 +89,8 @@ def verify_recipe(pipeline: Ref2VAPipeline, recipe: Recipe) -> VerifyResult:
     strides, storage offset) and the global RNG state is unchanged by both arms.
     """
     before = snapshot_global_rng()
-    serial, _ = _prepare_all(pipeline, recipe, "serial", Tracer(enabled=False))
-    overlapped, events = _prepare_all(pipeline, recipe, "overlapped", Tracer(enabled=False))
+    serial, _ = pipeline.prepare_outputs(recipe, "serial", keep_noise=True)
+    overlapped, events = pipeline.prepare_outputs(recipe, "overlapped", keep_noise=True)
     rng_unchanged = not before.differences(snapshot_global_rng())
     report = compare(prepared_fields(serial), prepared_fields(overlapped))
     return VerifyResult(
@@ -116,5 +98,5 @@ def verify_recipe(pipeline: Ref2VAPipeline, recipe: Recipe) -> VerifyResult:
         rng_state_unchanged=rng_unchanged,
         fields=report.fields,
         used_prepared_noise=overlapped[0].used_prepared_noise,
-        prediction_events=events,
+        prediction_events=[f"{e.name}: predicted {e.predicted}, actual {e.actual}" for e in events],
     )

@@ -84,15 +84,17 @@ def test_timeline_png(tmp_path: object) -> None:
 
 
 def test_peak_rss_reset_and_read() -> None:
-    import torch
+    import mmap
 
     from prenoise.metrics import peak_rss_bytes, reset_peak_rss
 
     reset_peak_rss()
     base = peak_rss_bytes()
-    big = torch.ones(64 * 1024 * 1024 // 4)  # 64 MiB touched
+    size = 64 * 1024 * 1024
+    block = mmap.mmap(-1, size)  # fresh anonymous pages: resident only once written
+    block.write(b"\x01" * size)
     grown = peak_rss_bytes()
-    del big
+    block.close()
     assert grown >= base + 48 * 1024 * 1024
     if reset_peak_rss():
         assert peak_rss_bytes() < grown

@@ -109,7 +109,14 @@ def _cmd_generate(args: argparse.Namespace) -> int:
         def on_step(info: StepInfo) -> None:
             progress.update(steps, completed=info.step)
 
-        result = pipeline.generate(recipe, out, args.arm, on_stage=on_stage, callback=on_step)
+        result = pipeline.generate(
+            recipe,
+            out,
+            args.arm,
+            on_stage=on_stage,
+            callback=on_step,
+            prepare_next_output=args.prepare_next_output,
+        )
     console.print(_stage_table(f"{recipe.name}: {args.arm} arm", result.stage_seconds))
     for event in result.prediction_events:
         console.print(f"[yellow]prediction fallback[/]: {event}")
@@ -250,6 +257,11 @@ def build_parser() -> argparse.ArgumentParser:
     add_request_arguments(gen)
     gen.add_argument("--arm", choices=("serial", "overlapped"), default="overlapped")
     gen.add_argument("--out", help="output MP4 (default: OUTPUT_DIR/NAME.mp4)")
+    gen.add_argument(
+        "--prepare-next-output",
+        action="store_true",
+        help="draw output i+1's noise while output i denoises (same bits)",
+    )
     gen.set_defaults(func=_cmd_generate)
 
     ver = sub.add_parser("verify", help="prove both arms prepare bitwise-identical inputs")

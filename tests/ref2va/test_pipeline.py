@@ -303,3 +303,17 @@ def test_generate_writes_playable_mp4_with_video_and_audio(
 def test_unknown_arm_is_rejected(pipe: Ref2VAPipeline, tiny_config: ModelConfig) -> None:
     with pytest.raises(ValueError, match="unknown arm"):
         pipe.prepare(make_recipe(tiny_config, []), "sideways")  # type: ignore[arg-type]
+
+
+def test_preparing_the_next_output_during_denoise_changes_no_byte(
+    pipe: Ref2VAPipeline, tiny_config: ModelConfig, media: dict[str, Path], tmp_path: Path
+) -> None:
+    recipe = make_recipe(tiny_config, [("video", media["video"])], outputs=3)
+    plain = pipe.generate(recipe, tmp_path / "plain.mp4")
+    tracer = Tracer()
+    ahead = pipe.generate(recipe, tmp_path / "ahead.mp4", tracer=tracer, prepare_next_output=True)
+    assert [p.read_bytes() for p in plain.paths] == [p.read_bytes() for p in ahead.paths]
+    worker_draws = [
+        s for s in tracer.spans if s.name.startswith("draw:") and s.thread_name.startswith("ref2va")
+    ]
+    assert len(worker_draws) == 2 * 3  # outputs 1 and 2, three draws each, on the worker

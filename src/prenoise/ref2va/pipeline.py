@@ -175,16 +175,35 @@ class Ref2VAPipeline:
         conditioning: Conditioning,
         index: int,
         *,
+        noise: NoiseFields | None = None,
         keep_noise: bool = False,
         tracer: Tracer = NULL_TRACER,
     ) -> PreparedOutput:
-        """Prepare output `index` ≥ 1 (seed + index) serially from the shared conditioning."""
-        seed = recipe.output_seed(index)
-        noise = self._draw_serial(seed, recipe.geometry(), conditioning, tracer)
+        """Prepare output `index` ≥ 1 (seed + index) from the shared conditioning.
+
+        Draws serially unless `noise` (this output's `draw_output_noise`, drawn elsewhere, e.g.
+        while the previous output denoised) is handed over; the inputs are identical either way.
+        """
+        used_prepared = noise is not None
+        if noise is None:
+            noise = self.draw_output_noise(recipe, conditioning, index, tracer=tracer)
         inputs = self._build_inputs(recipe, conditioning, noise, tracer)
-        prepared = PreparedOutput(index, seed, inputs, False, noise if keep_noise else None)
+        prepared = PreparedOutput(
+            index, recipe.output_seed(index), inputs, used_prepared, noise if keep_noise else None
+        )
         del noise
         return prepared
+
+    def draw_output_noise(
+        self,
+        recipe: Recipe,
+        conditioning: Conditioning,
+        index: int,
+        *,
+        tracer: Tracer = NULL_TRACER,
+    ) -> NoiseFields:
+        """The contract's draws for output `index` (seed + index), on the calling thread."""
+        return self._draw_serial(recipe.output_seed(index), recipe.geometry(), conditioning, tracer)
 
     def prepare_outputs(
         self,
@@ -365,8 +384,13 @@ class Ref2VAPipeline:
         on_stage: Callable[[str], None] | None = None,
         callback: StepCallback | None = None,
         tracer: Tracer | None = None,
+        prepare_next_output: bool = False,
     ) -> GenerationResult:
-        """Run a whole request: prepare, then denoise, decode and write every output."""
+        """Run a whole request: prepare, then denoise, decode and write every output.
+
+        With `prepare_next_output`, output i+1's noise is drawn on a worker while output i
+        denoises (off by default; the outputs are bitwise the same either way).
+        """
         tracer = tracer or Tracer()
         stage = on_stage or (lambda _name: None)
         paths: list[Path] = []
@@ -374,17 +398,28 @@ class Ref2VAPipeline:
         conditioning, prepared, events = self.prepare(
             recipe, arm, continuation=continuation, external=external, tracer=tracer
         )
-        for index in range(recipe.outputs):
-            if index > 0:
-                stage(f"prepare output {index}")
-                prepared = self.prepare_next(recipe, conditioning, index, tracer=tracer)
-            stage(f"denoise output {index}")
-            video, audio = self.denoise(recipe, prepared, callback=callback, tracer=tracer)
-            del prepared
-            stage(f"decode output {index}")
-            paths.append(
-                self.decode_and_write(recipe, video, audio, output_path(out, index), tracer=tracer)
-            )
+        with PreparationExecutor(name="ref2va-next-output", tracer=tracer) as ahead:
+            for index in range(recipe.outputs):
+                if index > 0:
+                    stage(f"prepare output {index}")
+                    noise = ahead.take(f"output{index}") if prepare_next_output else None
+                    prepared = self.prepare_next(
+                        recipe, conditioning, index, noise=noise, tracer=tracer
+                    )
+                    del noise
+                if prepare_next_output and index + 1 < recipe.outputs:
+                    ahead.submit(
+                        f"output{index + 1}",
+                        partial(
+                            self.draw_output_noise, recipe, conditioning, index + 1, tracer=tracer
+                        ),
+                    )
+                stage(f"denoise output {index}")
+                video, audio = self.denoise(recipe, prepared, callback=callback, tracer=tracer)
+                del prepared
+                stage(f"decode output {index}")
+                path = output_path(out, index)
+                paths.append(self.decode_and_write(recipe, video, audio, path, tracer=tracer))
         return GenerationResult(paths, stage_seconds(tracer), events)
 
 

@@ -317,3 +317,30 @@ def test_preparing_the_next_output_during_denoise_changes_no_byte(
         s for s in tracer.spans if s.name.startswith("draw:") and s.thread_name.startswith("ref2va")
     ]
     assert len(worker_draws) == 2 * 3  # outputs 1 and 2, three draws each, on the worker
+
+
+def test_request_spans_cover_every_stage(
+    pipe: Ref2VAPipeline, tiny_config: ModelConfig, media: dict[str, Path], tmp_path: Path
+) -> None:
+    recipe = make_recipe(tiny_config, [("video", media["video"]), ("image", media["image"])])
+    tracer = Tracer()
+    pipe.generate(recipe, tmp_path / "out.mp4", tracer=tracer)
+    names = {s.name.split(":")[0] for s in tracer.spans}
+    assert {
+        "prepare",
+        "text_encode",
+        "media_decode",
+        "media_encode",
+        "predict_condition_shapes",
+        "wait",
+        "mix",
+        "inputs",
+        "first_transformer_call",
+        "denoise",
+        "decode",
+    } <= names
+    media_decodes = {s.name for s in tracer.spans if s.name.startswith("media_decode")}
+    assert media_decodes == {"media_decode:video", "media_decode:audio", "media_decode:image"}
+    (first,) = [s for s in tracer.spans if s.name == "first_transformer_call"]
+    (denoise,) = [s for s in tracer.spans if s.name == "denoise"]
+    assert denoise.start_s <= first.start_s <= first.end_s <= denoise.end_s

@@ -110,7 +110,9 @@ def encode_conditioning(
     audio: list[torch.Tensor] = []
     for k, spec in enumerate(recipe.references):
         with tracer.span(f"media_encode:{k}:{spec.kind}", Category.ENCODE):
-            encoded = encode_reference(spec, models.video_vae, models.audio_vae, width, height)
+            encoded = encode_reference(
+                spec, models.video_vae, models.audio_vae, width, height, tracer=tracer
+            )
         if encoded.video_latents is not None:
             visual.append(encoded.video_latents)
         if encoded.audio_latents is not None:

@@ -39,6 +39,7 @@ from prenoise.ref2va.models import Ref2VAModels
 from prenoise.ref2va.noise import NoiseFields, condition_streams, initial_noise_streams
 from prenoise.ref2va.references import predict_reference_shape
 from prenoise.ref2va.sampler import FlowEulerSampler, StepCallback
+from prenoise.ref2va.transformer import VelocityFn
 from prenoise.tracing import NULL_TRACER, Category, Tracer
 
 __all__ = [
@@ -338,7 +339,9 @@ class Ref2VAPipeline:
         summary = transformer.summarize_conditions(
             inputs.condition_rows, inputs.audio_condition_rows
         )
-        velocity = transformer.velocity_fn(inputs.text, summary, inputs.text_mask)
+        velocity = _first_call_traced(
+            transformer.velocity_fn(inputs.text, summary, inputs.text_mask), tracer
+        )
         sampler = FlowEulerSampler(recipe.steps, recipe.shift_video, recipe.shift_audio)
         with tracer.span("denoise", Category.DENOISE, steps=recipe.steps):
             # Hand the noise rows over without keeping a reference here: the sampler's first
@@ -435,6 +438,23 @@ def stage_seconds(tracer: Tracer) -> dict[str, float]:
             key = span.name.split(":", 1)[0]
             totals[key] = totals.get(key, 0.0) + span.duration_s
     return totals
+
+
+def _first_call_traced(velocity: VelocityFn, tracer: Tracer) -> VelocityFn:
+    """`velocity` with its first call recorded as a `first_transformer_call` span."""
+    calls = 0
+
+    def traced(
+        video: torch.Tensor, audio: torch.Tensor, s_v: torch.Tensor, s_a: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        nonlocal calls
+        calls += 1
+        if calls > 1:
+            return velocity(video, audio, s_v, s_a)
+        with tracer.span("first_transformer_call", Category.DENOISE):
+            return velocity(video, audio, s_v, s_a)
+
+    return traced
 
 
 def _concat(parts: list[torch.Tensor]) -> torch.Tensor | None:

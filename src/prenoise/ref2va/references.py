@@ -13,6 +13,7 @@ from prenoise.ref2va.audio_vae import AudioVAE
 from prenoise.ref2va.config import ReferenceSpec
 from prenoise.ref2va.geometry import FPS
 from prenoise.ref2va.video_vae import VideoVAE
+from prenoise.tracing import NULL_TRACER, Category, Tracer
 
 
 @dataclass(frozen=True)
@@ -68,32 +69,43 @@ def encode_reference(
     width: int,
     height: int,
     chunk_frames: int = media.DEFAULT_CHUNK_FRAMES,
+    tracer: Tracer = NULL_TRACER,
 ) -> EncodedReference:
-    """Decode and encode one reference, streaming video chunks into the VAE."""
+    """Decode and encode one reference, streaming video chunks into the VAE.
+
+    Decoding is recorded in `media_decode` spans (one per chunk, nested in the caller's span).
+    """
     path = ensure_reference(spec)
     video = audio = None
     frames = 0
     if spec.kind == "image":
-        video = video_vae.encode_image(media.read_image(path, width, height), height, width)
+        with tracer.span("media_decode:image", Category.ENCODE):
+            image = media.read_image(path, width, height)
+        video = video_vae.encode_image(image, height, width)
         frames = 1
     elif spec.kind == "video":
         max_frames = None if spec.max_seconds is None else round(spec.max_seconds * FPS)
         counted: list[int] = []
 
         def chunks() -> Iterator[torch.Tensor]:
-            for chunk in media.iter_video_chunks(
-                path, width, height, chunk_frames, FPS, max_frames
-            ):
+            decoded = media.iter_video_chunks(path, width, height, chunk_frames, FPS, max_frames)
+            while True:
+                with tracer.span("media_decode:video", Category.ENCODE):
+                    chunk = next(decoded, None)
+                if chunk is None:
+                    return
                 counted.append(int(chunk.shape[0]))
                 yield chunk
 
         video = video_vae.encode_stream(chunks(), height, width)
         frames = sum(counted)
         if spec.use_audio:
-            wav = media.read_audio_if_any(path, audio_vae.sample_rate, spec.max_seconds)
+            with tracer.span("media_decode:audio", Category.ENCODE):
+                wav = media.read_audio_if_any(path, audio_vae.sample_rate, spec.max_seconds)
             if wav is not None and wav.shape[1] >= audio_vae.config.hop:
                 audio = audio_vae.encode(wav)
     else:
-        wav = media.read_audio(path, audio_vae.sample_rate, spec.max_seconds)
+        with tracer.span("media_decode:audio", Category.ENCODE):
+            wav = media.read_audio(path, audio_vae.sample_rate, spec.max_seconds)
         audio = audio_vae.encode(wav)
     return EncodedReference(spec=spec, video_latents=video, audio_latents=audio, num_frames=frames)

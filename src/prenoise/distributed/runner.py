@@ -10,7 +10,8 @@ others after `timeout_s`.
 
 `denoise` gives each rank a contiguous shard of the video and audio rows (only that shard goes to
 the device) and runs the sampler with `SequenceParallelTransformer`; the result is gathered on
-every rank. The text encoder runs replicated on every rank (`text_encoder_tp` is not sharded).
+every rank. With `parallel.text_encoder_tp = k > 1` the text encoder is sharded in place over
+groups of `k` consecutive ranks (`tensor_parallel`); otherwise it runs replicated on every rank.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from prenoise.distributed.sequence_parallel import (
     shard_rows,
 )
 from prenoise.distributed.status import StatusBoard
+from prenoise.distributed.tensor_parallel import TensorParallelTextEncoder, shard_text_encoder
 from prenoise.ref2va.config import ParallelConfig, Recipe
 from prenoise.ref2va.models import Ref2VAModels
 from prenoise.ref2va.pipeline import (
@@ -63,6 +65,15 @@ class DistributedRef2VA:
         self.models = models
         self.parallel = parallel
         self.pipeline = Ref2VAPipeline(models, device="cpu")  # host preparation
+        self.text_tp: TensorParallelTextEncoder | None = None  # shards models.text_encoder
+        if parallel.text_encoder_tp > 1:  # collective; validates tp | world, heads, d_ff
+            self.text_tp = shard_text_encoder(
+                models.text_encoder,
+                parallel.text_encoder_tp,
+                ctx.rank,
+                ctx.world_size,
+                parallel.timeout_s,
+            )
         self._attempts = 0
 
     def _board(self, request: ResolvedRequest) -> tuple[StatusBoard, str]:

@@ -65,8 +65,10 @@ class ReferenceSpec(BaseModel):
 class ParallelConfig(BaseModel):
     """Parallel layout of a request run under ``torchrun`` (see ``prenoise.distributed``).
 
-    ``ranks`` must equal ``WORLD_SIZE`` when given; ``text_encoder_tp`` is accepted but the text
-    encoder runs replicated on every rank; ``timeout_s`` bounds every wait for another rank.
+    ``ranks`` must equal ``WORLD_SIZE`` when given; ``text_encoder_tp = k > 1`` shards the text
+    encoder's heads and feed-forward over groups of ``k`` consecutive ranks (Megatron style;
+    embeddings within 1e-5 of the replicated encoder); ``timeout_s`` bounds every wait for
+    another rank.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)

@@ -355,6 +355,29 @@ def generators(seeds: list[int]) -> list[torch.Generator]:
     return [torch.Generator("cpu").manual_seed(s) for s in seeds]
 
 
+def both_arms(
+    pipe: Any, kwargs: dict[str, Any], seeds: list[int], as_list: bool = False
+) -> tuple[Any, Any, Any, list[torch.Generator], list[torch.Generator]]:
+    """The plain call and `overlapped_call_with_report` on fresh generators seeded `seeds`.
+
+    Asserts that neither arm touches the global RNG. Passes the generator list when `as_list`,
+    else its first generator.
+    """
+    from prenoise.integrations.diffusers import overlapped_call_with_report
+    from prenoise.rng_guard import global_rng_guard, snapshot_global_rng
+
+    plain_gens, overlapped_gens = generators(seeds), generators(seeds)
+    gen_arg: Callable[[list[Any]], Any] = (lambda g: g) if as_list else (lambda g: g[0])
+    before = snapshot_global_rng()
+    plain = pipe(generator=gen_arg(plain_gens), **kwargs)
+    assert not before.differences(snapshot_global_rng()), "the plain call changed the global RNG"
+    with global_rng_guard("overlapped_call"):
+        overlapped, report = overlapped_call_with_report(
+            pipe, generator=gen_arg(overlapped_gens), **kwargs
+        )
+    return plain, overlapped, report, plain_gens, overlapped_gens
+
+
 def cogvideox(image_to_video: bool = False) -> Any:
     """CogVideoX with the DPM scheduler, whose steps draw from the generator after the noise."""
     from diffusers import (

@@ -14,13 +14,13 @@ import torch
 from diffusers_tiny import (
     assert_outputs_bitwise_equal,
     assert_same_states,
+    both_arms,
     call_kwargs,
     generators,
 )
 
 import prenoise.integrations.diffusers.call as call_module
 from prenoise.integrations.diffusers import overlapped_call_with_report, plan_call
-from prenoise.rng_guard import global_rng_guard, snapshot_global_rng
 
 LOGGER = "prenoise.integrations.diffusers"
 
@@ -28,21 +28,6 @@ LOGGER = "prenoise.integrations.diffusers"
 @pytest.fixture(autouse=True)
 def _fresh_log_once(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(call_module, "_logged", set())
-
-
-def _both_arms(
-    pipe: Any, kwargs: dict[str, Any], seeds: list[int], as_list: bool = False
-) -> tuple[Any, Any, Any, list[torch.Generator], list[torch.Generator]]:
-    plain_gens, overlapped_gens = generators(seeds), generators(seeds)
-    gen_arg: Callable[[list[Any]], Any] = (lambda g: g) if as_list else (lambda g: g[0])
-    before = snapshot_global_rng()
-    plain = pipe(generator=gen_arg(plain_gens), **kwargs)
-    assert not before.differences(snapshot_global_rng()), "the plain call changed the global RNG"
-    with global_rng_guard("overlapped_call"):
-        overlapped, report = overlapped_call_with_report(
-            pipe, generator=gen_arg(overlapped_gens), **kwargs
-        )
-    return plain, overlapped, report, plain_gens, overlapped_gens
 
 
 @pytest.fixture
@@ -78,7 +63,7 @@ def test_hunyuan_video_noise_shape(tiny: Any) -> None:
     kwargs = {**call_kwargs("hunyuan_video"), "num_frames": 13, "height": 32, "width": 16}
     (draw,) = plan_call(pipe, (), {**kwargs, "generator": generators([0])[0]})
     assert draw.shape == (1, 4, 4, 4, 2) and draw.dtype == torch.float32
-    plain, overlapped, report, pg, og = _both_arms(pipe, {**kwargs, "output_type": "latent"}, [1])
+    plain, overlapped, report, pg, og = both_arms(pipe, {**kwargs, "output_type": "latent"}, [1])
     assert report.served == 1
     assert_outputs_bitwise_equal(plain, overlapped)
     assert_same_states(pg, og)
@@ -107,7 +92,7 @@ def test_stable_audio_scheduler_draws_come_from_the_advanced_generator(
     already advanced by the prepared noise: left to the pipeline."""
     scheduler_draws = count_draws("diffusers.schedulers.scheduling_edm_dpmsolver_multistep")
     pipe = tiny("stable_audio")
-    plain, overlapped, report, pg, og = _both_arms(pipe, call_kwargs("stable_audio"), [21])
+    plain, overlapped, report, pg, og = both_arms(pipe, call_kwargs("stable_audio"), [21])
     assert len(scheduler_draws) >= 2  # both arms drew scheduler noise from the generator
     assert report.planned == ("noise",) and report.served == 1
     assert_outputs_bitwise_equal(plain, overlapped)
@@ -125,7 +110,7 @@ def test_stable_audio_initial_audio_sample_is_prepared(tiny: Any, seeds: list[in
         "initial_audio_waveforms": waveform,
         "initial_audio_sampling_rate": pipe.vae.sampling_rate,
     }
-    plain, overlapped, report, pg, og = _both_arms(pipe, kwargs, seeds, as_list=prompts > 1)
+    plain, overlapped, report, pg, og = both_arms(pipe, kwargs, seeds, as_list=prompts > 1)
     assert report.planned == ("noise", "audio_sample") and report.served == 2
     assert report.left_plan is None
     assert_outputs_bitwise_equal(plain, overlapped)
@@ -142,7 +127,7 @@ def test_stable_audio_initial_audio_with_a_longer_generator_list(tiny: Any) -> N
         "initial_audio_waveforms": torch.ones((1, 2, 5)),
         "initial_audio_sampling_rate": pipe.vae.sampling_rate,
     }
-    plain, overlapped, report, pg, og = _both_arms(pipe, kwargs, [5, 6], as_list=True)
+    plain, overlapped, report, pg, og = both_arms(pipe, kwargs, [5, 6], as_list=True)
     assert report.planned == ("noise",) and report.served == 1
     assert_outputs_bitwise_equal(plain, overlapped)
     assert_same_states(pg, og)
@@ -155,7 +140,7 @@ def test_stable_audio_cosine_scheduler_seeds_from_initial_seed(tiny: Any, as_lis
     pytest.importorskip("torchsde")
     pipe = tiny("stable_audio_cosine")
     seeds, prompts = ([7, 8], 2) if as_list else ([7], 1)
-    plain, overlapped, report, pg, og = _both_arms(
+    plain, overlapped, report, pg, og = both_arms(
         pipe, call_kwargs("stable_audio", prompts), seeds, as_list
     )
     assert report.planned == ("noise",) and report.served == 1
@@ -204,7 +189,7 @@ def test_ltx2_without_a_certain_decode_noise(tiny: Any, variant: str) -> None:
         kwargs["output_type"] = "latent"
     else:
         kwargs["callback_on_step_end"] = lambda pipe, i, t, tensors: tensors
-    plain, overlapped, report, pg, og = _both_arms(pipe, kwargs, [7])
+    plain, overlapped, report, pg, og = both_arms(pipe, kwargs, [7])
     assert report.planned == ("noise", "audio_noise") and report.served == 2
     assert_outputs_bitwise_equal(plain, overlapped)
     assert_same_states(pg, og)
@@ -219,7 +204,7 @@ def test_ltx2_caller_audio_latents_still_draw(tiny: Any) -> None:
     kwargs.update(audio_latents=first.audio, noise_scale=0.5)  # audio latents (1, 2, 5, 2)
     _, audio, _ = plan_call(pipe, (), {**kwargs, "generator": generators([0])[0]})
     assert audio.shape == (1, 5, 4) and audio.dtype == torch.float32
-    plain, overlapped, report, pg, og = _both_arms(pipe, kwargs, [4])
+    plain, overlapped, report, pg, og = both_arms(pipe, kwargs, [4])
     assert report.planned == ("noise", "audio_noise", "decode_noise") and report.served == 3
     assert_outputs_bitwise_equal(plain, overlapped)
     assert_same_states(pg, og)
@@ -230,7 +215,7 @@ def test_ltx2_auto_duration_falls_through(tiny: Any, caplog: pytest.LogCaptureFi
     kwargs = {**call_kwargs("ltx2"), "num_frames": None, "output_type": "latent"}
     kwargs.update(min_seconds=0.2, max_seconds=0.4)
     with caplog.at_level(logging.WARNING, logger=LOGGER):
-        plain, overlapped, report, pg, og = _both_arms(pipe, kwargs, [5])
+        plain, overlapped, report, pg, og = both_arms(pipe, kwargs, [5])
     assert not report.overlapped and "duration head" in str(report.reason)
     assert any("LTX2Pipeline" in r.getMessage() for r in caplog.records)
     assert_outputs_bitwise_equal(plain, overlapped)
@@ -239,7 +224,7 @@ def test_ltx2_auto_duration_falls_through(tiny: Any, caplog: pytest.LogCaptureFi
 
 def test_ltx2_explicit_num_frames_with_a_duration_head_is_prepared(tiny: Any) -> None:
     pipe = tiny("ltx2_duration_head")
-    plain, overlapped, report, pg, og = _both_arms(pipe, call_kwargs("ltx2"), [6])
+    plain, overlapped, report, pg, og = both_arms(pipe, call_kwargs("ltx2"), [6])
     assert report.served == 3
     assert_outputs_bitwise_equal(plain, overlapped)
     assert_same_states(pg, og)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -13,13 +12,11 @@ from diffusers_tiny import (
     assert_bitwise_equal,
     assert_outputs_bitwise_equal,
     assert_same_states,
+    both_arms,
     call_kwargs,
     generators,
     output_tensor,
 )
-
-from prenoise.integrations.diffusers import overlapped_call_with_report
-from prenoise.rng_guard import global_rng_guard, snapshot_global_rng
 
 PIPELINES = [
     "wan21",
@@ -50,26 +47,11 @@ EXPECTED_DRAWS = {
 }
 
 
-def _both_arms(
-    pipe: Any, kwargs: dict[str, Any], seeds: list[int], as_list: bool
-) -> tuple[Any, Any, Any, list[Any], list[Any]]:
-    plain_gens, overlapped_gens = generators(seeds), generators(seeds)
-    gen_arg: Callable[[list[Any]], Any] = (lambda g: g) if as_list else (lambda g: g[0])
-    before = snapshot_global_rng()
-    plain = pipe(generator=gen_arg(plain_gens), **kwargs)
-    assert not before.differences(snapshot_global_rng()), "the plain call changed the global RNG"
-    with global_rng_guard("overlapped_call"):
-        overlapped, report = overlapped_call_with_report(
-            pipe, generator=gen_arg(overlapped_gens), **kwargs
-        )
-    return plain, overlapped, report, plain_gens, overlapped_gens
-
-
 @pytest.mark.parametrize("seed", [0, 12345])
 @pytest.mark.parametrize("name", PIPELINES)
 def test_single_generator_bitwise(tiny: Any, name: str, seed: int) -> None:
     pipe = tiny(name)
-    plain, overlapped, report, pg, og = _both_arms(pipe, call_kwargs(name), [seed], False)
+    plain, overlapped, report, pg, og = both_arms(pipe, call_kwargs(name), [seed], False)
     assert report.overlapped and report.reason is None
     assert report.planned == EXPECTED_DRAWS[name]
     assert report.served == len(report.planned) and report.left_plan is None
@@ -85,7 +67,7 @@ def test_batch_with_generator_list(tiny: Any, name: str) -> None:
     kwargs = call_kwargs(name, 2)
     if name == "ltx_i2v":  # its decode noise is `torch.randn(generator=<list>)`: a diffusers bug
         kwargs["output_type"] = "latent"
-    plain, overlapped, report, pg, og = _both_arms(pipe, kwargs, [3, 4], True)
+    plain, overlapped, report, pg, og = both_arms(pipe, kwargs, [3, 4], True)
     assert report.overlapped and report.served == len(report.planned)
     assert output_tensor(plain).shape[0] == 2
     assert_outputs_bitwise_equal(plain, overlapped)
@@ -100,7 +82,7 @@ def test_several_outputs_per_prompt(tiny: Any, name: str, as_list: bool) -> None
     if name in ("ltx", "ltx2"):  # they repeat `decode_timestep` per prompt, not per video: a bug
         kwargs["output_type"] = "latent"
     seeds = [5, 6] if as_list else [5]
-    plain, overlapped, report, pg, og = _both_arms(pipe, kwargs, seeds, as_list)
+    plain, overlapped, report, pg, og = both_arms(pipe, kwargs, seeds, as_list)
     assert report.overlapped and report.served == len(report.planned)
     assert output_tensor(plain).shape[0] == 2
     assert_bitwise_equal(output_tensor(plain), output_tensor(overlapped))
@@ -111,7 +93,7 @@ def test_ltx_without_decode_noise(tiny: Any) -> None:
     """A latent output skips the decode noise: only the first draw is planned."""
     pipe = tiny("ltx")
     kwargs = {**call_kwargs("ltx"), "output_type": "latent"}
-    plain, overlapped, report, pg, og = _both_arms(pipe, kwargs, [7], False)
+    plain, overlapped, report, pg, og = both_arms(pipe, kwargs, [7], False)
     assert report.planned == ("noise",) and report.served == 1
     assert_bitwise_equal(output_tensor(plain), output_tensor(overlapped))
     assert_same_states(pg, og)
@@ -120,7 +102,7 @@ def test_ltx_without_decode_noise(tiny: Any) -> None:
 def test_ltx_i2v_generator_list_samples_per_row(tiny: Any) -> None:
     pipe = tiny("ltx_i2v")
     kwargs = {**call_kwargs("ltx_i2v", 2), "output_type": "latent"}
-    plain, overlapped, report, pg, og = _both_arms(pipe, kwargs, [8, 9], True)
+    plain, overlapped, report, pg, og = both_arms(pipe, kwargs, [8, 9], True)
     assert report.planned == ("image_sample_0", "image_sample_1", "noise")
     assert report.served == 3
     assert_bitwise_equal(output_tensor(plain), output_tensor(overlapped))
@@ -142,7 +124,7 @@ def test_cogvideox_scheduler_draws_come_from_the_advanced_generator(tiny: Any) -
 
     dpm.randn_tensor = counting
     try:
-        plain, overlapped, report, pg, og = _both_arms(pipe, call_kwargs("cogvideox"), [21], False)
+        plain, overlapped, report, pg, og = both_arms(pipe, call_kwargs("cogvideox"), [21], False)
     finally:
         dpm.randn_tensor = original
     assert len(calls) >= 2  # both arms drew scheduler noise from the generator

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from prenoise.draws import Draw, NoisePlan, Stream, run_stream
+from prenoise.draws import Draw, Stream, run_stream
 from prenoise.layouts import Patchify
 
 __all__ = [
@@ -23,7 +23,6 @@ __all__ = [
     "condition_streams",
     "draw_condition_noise",
     "initial_noise_streams",
-    "ref2va_plan",
 ]
 
 LATENT_CHANNELS = 24
@@ -84,19 +83,6 @@ def draw_condition_noise(
     if not parts:
         return None
     return parts[0] if len(parts) == 1 else torch.cat(parts)
-
-
-def ref2va_plan(
-    seed: int,
-    latent_t: int,
-    latent_h: int,
-    latent_w: int,
-    audio_t: int,
-    condition_shapes: Sequence[LatentShape] = (),
-) -> NoisePlan:
-    """Every draw of one Ref2VA output as a plan (for size and generator-word reports)."""
-    video, audio = initial_noise_streams(seed, latent_t, latent_h, latent_w, audio_t)
-    return NoisePlan((video, audio, *condition_streams(seed, latent_t, condition_shapes)))
 
 
 @dataclass

@@ -36,7 +36,12 @@ from prenoise.ref2va.config import Recipe
 from prenoise.ref2va.geometry import RequestGeometry, unpatchify
 from prenoise.ref2va.media import write_mp4
 from prenoise.ref2va.models import Ref2VAModels
-from prenoise.ref2va.noise import NoiseFields, condition_streams, initial_noise_streams
+from prenoise.ref2va.noise import (
+    NoiseFields,
+    condition_streams,
+    draw_condition_noise,
+    initial_noise_streams,
+)
 from prenoise.ref2va.references import predict_reference_shape
 from prenoise.ref2va.sampler import FlowEulerSampler, StepCallback
 from prenoise.ref2va.transformer import VelocityFn
@@ -236,11 +241,7 @@ class Ref2VAPipeline:
         with tracer.span("draw:initial_audio_noise", Category.NOISE):
             audio_noise = run_stream(audio)["initial_audio_noise"]
         with tracer.span("draw:visual_condition_noise", Category.NOISE):
-            parts = [
-                run_stream(s)[s.name]
-                for s in condition_streams(seed, geo.T, conditioning.visual_shapes)
-            ]
-            cond_noise = _concat(parts)
+            cond_noise = draw_condition_noise(seed, geo.T, conditioning.visual_shapes)
         return NoiseFields(video_noise, audio_noise, cond_noise)
 
     def _prepare_overlapped(

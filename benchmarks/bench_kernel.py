@@ -2,13 +2,15 @@
 
 Each repetition runs every arm once, in alternating order, and the table reports medians, so
 drifting machine load hits all arms alike. Every arm's output is also checked bit for bit
-against torch before timing. Usage: ``python benchmarks/bench_kernel.py [--reps N]``.
+against torch before timing. Usage: ``python benchmarks/bench_kernel.py [--reps N]``; run it
+again under ``THP_MEM_ALLOC_ENABLE=1`` to give torch's own allocations 2 MiB pages as well.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -48,6 +50,9 @@ def _draw_arms(
         "torch.randn": lambda: torch.randn(shape, generator=g),
         "kernel.randn 1T": lambda: kernel.randn(shape, generator=g, threads=1),
         "kernel.randn 2T": lambda: kernel.randn(shape, generator=g, threads=2),
+        # what kernel.randn costs without the huge-page advice of kernel.empty
+        "4k fill 1T": lambda: kernel.fill_normal_(torch.empty(shape), g, threads=1),
+        "4k fill 2T": lambda: kernel.fill_normal_(torch.empty(shape), g, threads=2),
         "out.normal_": lambda: buf.normal_(generator=g),
         "fill_normal_ 1T": lambda: kernel.fill_normal_(buf, g, threads=1),
         "fill_normal_ 2T": lambda: kernel.fill_normal_(buf, g, threads=2),
@@ -61,6 +66,8 @@ def main() -> None:
     torch.set_num_threads(1)
     status = kernel.backend_status()
     print(f"backend: {status.name} ({status.reason}); torch {torch.__version__}")
+    thp = os.environ.get("THP_MEM_ALLOC_ENABLE", "unset")
+    print(f"torch allocations: THP_MEM_ALLOC_ENABLE={thp}")
     rows = []
     for label, shape in SHAPES.items():
         _check(shape)
@@ -68,6 +75,14 @@ def main() -> None:
         ms = _median_ms(arms, args.reps)
         rows.append(
             (f"randn {label}", ms["torch.randn"], ms["kernel.randn 1T"], ms["kernel.randn 2T"])
+        )
+        rows.append(
+            (
+                f"randn {label}, 4 KiB pages",
+                ms["torch.randn"],
+                ms["4k fill 1T"],
+                ms["4k fill 2T"],
+            )
         )
         rows.append(
             (f"fill {label}", ms["out.normal_"], ms["fill_normal_ 1T"], ms["fill_normal_ 2T"])

@@ -13,6 +13,7 @@ import sys
 import textwrap
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -332,3 +333,65 @@ def test_property_randn_equals_torch(n: int, seed: int, threads: int, advance: i
     expected = torch.randn(n, generator=ref_gen)
     assert _same_bits(kernel.randn(n, generator=gen, threads=threads), expected)
     assert _same_state(gen, ref_gen)
+
+
+def _vm_flags_at(address: int) -> set[str] | None:
+    """The VmFlags of the mapping that holds `address` in /proc/self/smaps (None: not Linux)."""
+    try:
+        lines = Path("/proc/self/smaps").read_text().splitlines()
+    except OSError:
+        return None
+    inside = False
+    for line in lines:
+        head = line.split(maxsplit=1)[0]
+        if "-" in head and not head.endswith(":"):
+            lo, hi = (int(x, 16) for x in head.split("-"))
+            inside = lo <= address < hi
+        elif inside and head == "VmFlags:":
+            return set(line.split()[1:])
+    return None
+
+
+def test_empty_advises_huge_pages_only_for_large_buffers(monkeypatch: pytest.MonkeyPatch) -> None:
+    advised: list[int] = []
+    assert kernel._ext is not None
+    real = kernel._ext
+
+    class Spy:
+        def __getattr__(self, name: str) -> object:
+            return getattr(real, name)
+
+        def advise_huge_pages(self, ptr: int, nbytes: int) -> int:
+            advised.append(nbytes)
+            return int(real.advise_huge_pages(ptr, nbytes))
+
+    monkeypatch.setattr(kernel, "_ext", Spy())
+    small = kernel.empty((2, 1000))
+    assert small.shape == (2, 1000) and small.dtype == torch.float32 and advised == []
+    big = kernel.empty((kernel.HUGE_PAGE_MIN_BYTES // 2,), dtype=torch.float16)
+    assert advised == [kernel.HUGE_PAGE_MIN_BYTES] and big.dtype == torch.float16
+    # an ordinary torch allocation: its storage can still be resized by torch
+    big.resize_(10)
+    assert big.shape == (10,)
+
+
+def test_empty_marks_the_mapping_huge_page_eligible() -> None:
+    try:
+        mode = Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text()
+    except OSError:
+        pytest.skip("no transparent huge pages on this system")
+    if "[never]" in mode:
+        pytest.skip("transparent huge pages are disabled")
+    buf = kernel.empty((kernel.HUGE_PAGE_MIN_BYTES // 4,))
+    flags = _vm_flags_at(buf.data_ptr() + (4 << 20))
+    assert flags is not None and "hg" in flags
+
+
+@pytest.mark.parametrize(("threads", "shape"), [(1, (1, 48, 45, 48, 84)), (2, (8_709_131,))])
+def test_randn_large_fresh_tensor_matches_torch(threads: int, shape: tuple[int, ...]) -> None:
+    """Draws big enough for the huge-page allocation path (>= 32 MiB) stay bit-exact."""
+    ref_gen, gen = _gens(11, advance=5)
+    expected = torch.randn(shape, generator=ref_gen)
+    got = kernel.randn(shape, generator=gen, threads=threads)
+    assert got.numel() * 4 >= kernel.HUGE_PAGE_MIN_BYTES
+    assert _same_bits(got, expected) and _same_state(gen, ref_gen)

@@ -363,7 +363,7 @@ def run_draw(
         return _finish(draw, kept)
     else:
         if out is None:
-            out = torch.empty(draw.shape, dtype=draw.draw_dtype)
+            out = kernel.empty(draw.shape, dtype=draw.draw_dtype)
         elif tuple(out.shape) != draw.shape or out.dtype != draw.draw_dtype:
             raise ValueError(
                 f"draw {draw.name!r}: buffer is {tuple(out.shape)} {out.dtype}, "

@@ -43,6 +43,7 @@ __all__ = [
     "ENV_VAR",
     "BackendStatus",
     "backend_status",
+    "empty",
     "fill_normal_",
     "randn",
     "randn_keep_prefix",
@@ -54,6 +55,10 @@ PARALLEL_MIN_NUMEL = 1 << 20
 #: Smaller draws go to torch: its result is identical and, below this size, cheaper than the
 #: kernel's fixed cost (reading and writing the 5 KB generator state, about 3 us).
 KERNEL_MIN_NUMEL = 1024
+#: Fresh buffers of at least this size are advised to use 2 MiB pages (see :func:`empty`). glibc
+#: serves such sizes from a fresh ``mmap`` (its largest dynamic mmap threshold is 32 MiB), so the
+#: advice never reaches heap memory that is reused for small objects.
+HUGE_PAGE_MIN_BYTES = 32 << 20
 _STATE_BYTES = 5056
 _LOG = logging.getLogger("prenoise.kernel")
 
@@ -221,7 +226,7 @@ def _keep_prefix_with(
         ).flatten()
     starts = starts.reshape(-1).contiguous()
     n_runs = starts.numel() if run_len > 0 else 0
-    out = torch.empty(out_shape)
+    out = empty(out_shape)
     state = generator.get_state()
     try:
         _ext.fill_runs_f32(
@@ -245,6 +250,23 @@ def _slice_prefix(full: torch.Tensor, keep: tuple[int, ...]) -> torch.Tensor:
 
 
 # ----------------------------------------------------------------------------- public API
+
+
+def empty(size: Sequence[int], dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """``torch.empty(size, dtype=dtype)`` on the CPU, with large buffers backed by 2 MiB pages.
+
+    A fresh 70 MB buffer costs ~17,000 page faults on its first write (≈ 24 ms here, a third of
+    ``torch.randn``'s time). For buffers of at least ``HUGE_PAGE_MIN_BYTES`` this advises the
+    kernel (``madvise(MADV_HUGEPAGE)``, Linux, transparent huge pages in ``madvise`` or ``always``
+    mode) to map the aligned interior with 2 MiB pages: ~35 faults. This is what torch does for
+    every allocation under ``THP_MEM_ALLOC_ENABLE=1``. The tensor is an ordinary torch
+    allocation (resizable, freed by torch); values are never affected.
+    """
+    out = torch.empty(tuple(size), dtype=dtype)
+    nbytes = out.numel() * out.element_size()
+    if _ext is not None and nbytes >= HUGE_PAGE_MIN_BYTES:
+        _ext.advise_huge_pages(out.data_ptr(), nbytes)
+    return out
 
 
 def _threads_for(numel: int, threads: int | None) -> int:
@@ -319,10 +341,10 @@ def randn(
         return torch.randn(size, generator=generator, dtype=dtype, out=out)
     nthreads = _threads_for(n, threads)
     if dtype == torch.float32:
-        result = out if out is not None else torch.empty(size)
+        result = out if out is not None else empty(size)
         _fill_with(result, generator, nthreads, code)
         return result
-    draw = torch.empty(size)
+    draw = empty(size)
     _fill_with(draw, generator, nthreads, code)
     if out is None:
         return draw.to(dtype)

@@ -1,8 +1,7 @@
 """Layout transforms applied to a drawn tensor (e.g. patchify into transformer rows).
 
 A layout is a pure, deterministic rearrangement: it never changes a value, only where it lives.
-Every transform returns a contiguous tensor (a copy unless the rearrangement is the identity on
-an already contiguous input).
+Every transform returns a new contiguous tensor; it never aliases its input.
 """
 
 from __future__ import annotations
@@ -11,6 +10,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import torch
+
+from prenoise import kernel
 
 __all__ = ["Layout", "Patchify"]
 
@@ -54,4 +55,8 @@ class Patchify:
         n, c, t, h, w = x.shape
         pt, ph, pw = self.patch
         grid = x.reshape(n, c, t // pt, pt, h // ph, ph, w // pw, pw)
-        return grid.permute(0, 2, 4, 6, 1, 3, 5, 7).reshape(rows, features).contiguous()
+        out = kernel.empty((rows, features), dtype=x.dtype)  # large rows get 2 MiB pages
+        out.view(n, t // pt, h // ph, w // pw, c, pt, ph, pw).copy_(
+            grid.permute(0, 2, 4, 6, 1, 3, 5, 7)
+        )
+        return out

@@ -20,6 +20,9 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef __linux__
+#include <sys/mman.h>
+#endif
 
 #include "noise_kernel.h"
 
@@ -384,7 +387,24 @@ static PyObject *py_available_backends(PyObject *self, PyObject *unused) {
     return Py_BuildValue("(i)", BACKEND_SCALAR);
 }
 
+/* Mark the 2 MiB-aligned interior of [ptr, ptr + nbytes) MADV_HUGEPAGE, before it is first written,
+ * so that its page faults map 2 MiB pages (512x fewer faults). Only the VMA flag changes: memory
+ * already present, the values written and the allocator's ownership are untouched. */
+static PyObject *py_advise_huge_pages(PyObject *self, PyObject *args) {
+    unsigned long long ptr, nbytes;
+    if (!PyArg_ParseTuple(args, "KK", &ptr, &nbytes)) return NULL;
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    const unsigned long long huge = 2ull << 20;
+    unsigned long long start = (ptr + huge - 1) & ~(huge - 1), stop = (ptr + nbytes) & ~(huge - 1);
+    if (stop > start && madvise((void *)(uintptr_t)start, (size_t)(stop - start), MADV_HUGEPAGE) == 0)
+        return PyLong_FromUnsignedLongLong(stop - start);
+#endif
+    return PyLong_FromLong(0);
+}
+
 static PyMethodDef methods[] = {
+    {"advise_huge_pages", py_advise_huge_pages, METH_VARARGS,
+     "advise_huge_pages(ptr, nbytes) -> bytes advised MADV_HUGEPAGE (the 2 MiB-aligned interior)."},
     {"fill_f32", py_fill_f32, METH_VARARGS, py_fill_f32_doc},
     {"fill_runs_f32", py_fill_runs_f32, METH_VARARGS, py_fill_runs_f32_doc},
     {"available_backends", py_available_backends, METH_NOARGS,

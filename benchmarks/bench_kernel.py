@@ -78,7 +78,7 @@ def main() -> None:
         )
         rows.append(
             (
-                f"randn {label}, 4 KiB pages",
+                f"randn {label} into torch.empty",
                 ms["torch.randn"],
                 ms["4k fill 1T"],
                 ms["4k fill 2T"],

@@ -385,6 +385,10 @@ def test_empty_marks_the_mapping_huge_page_eligible() -> None:
     buf = kernel.empty((kernel.HUGE_PAGE_MIN_BYTES // 4,))
     flags = _vm_flags_at(buf.data_ptr() + (4 << 20))
     assert flags is not None and "hg" in flags
+    # resident (reused) memory is never advised: it will not fault
+    buf.fill_(1.0)
+    assert kernel._ext is not None
+    assert kernel._ext.advise_huge_pages(buf.data_ptr(), buf.numel() * 4) == 0
 
 
 @pytest.mark.parametrize(("threads", "shape"), [(1, (1, 48, 45, 48, 84)), (2, (8_709_131,))])

@@ -259,8 +259,9 @@ def empty(size: Sequence[int], dtype: torch.dtype = torch.float32) -> torch.Tens
     ``torch.randn``'s time). For buffers of at least ``HUGE_PAGE_MIN_BYTES`` this advises the
     kernel (``madvise(MADV_HUGEPAGE)``, Linux, transparent huge pages in ``madvise`` or ``always``
     mode) to map the aligned interior with 2 MiB pages: ~35 faults. This is what torch does for
-    every allocation under ``THP_MEM_ALLOC_ENABLE=1``. The tensor is an ordinary torch
-    allocation (resizable, freed by torch); values are never affected.
+    every allocation under ``THP_MEM_ALLOC_ENABLE=1``. Memory the allocator reused (already
+    resident, so it will not fault) is left alone. The tensor is an ordinary torch allocation
+    (resizable, freed by torch); values are never affected.
     """
     out = torch.empty(tuple(size), dtype=dtype)
     nbytes = out.numel() * out.element_size()

@@ -387,24 +387,33 @@ static PyObject *py_available_backends(PyObject *self, PyObject *unused) {
     return Py_BuildValue("(i)", BACKEND_SCALAR);
 }
 
-/* Mark the 2 MiB-aligned interior of [ptr, ptr + nbytes) MADV_HUGEPAGE, before it is first written,
- * so that its page faults map 2 MiB pages (512x fewer faults). Only the VMA flag changes: memory
- * already present, the values written and the allocator's ownership are untouched. */
+/* Mark the 2 MiB-aligned interior of [ptr, ptr + nbytes) MADV_HUGEPAGE before it is first written,
+ * so that its page faults map 2 MiB pages (512x fewer faults). Only fresh memory is advised: if the
+ * first or last interior page is already resident (the allocator reused memory, which will not
+ * fault), nothing is done. Only the VMA flag changes: values and the allocator's ownership are
+ * untouched. Returns the number of bytes advised. */
 static PyObject *py_advise_huge_pages(PyObject *self, PyObject *args) {
     unsigned long long ptr, nbytes;
     if (!PyArg_ParseTuple(args, "KK", &ptr, &nbytes)) return NULL;
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
-    const unsigned long long huge = 2ull << 20;
-    unsigned long long start = (ptr + huge - 1) & ~(huge - 1), stop = (ptr + nbytes) & ~(huge - 1);
-    if (stop > start && madvise((void *)(uintptr_t)start, (size_t)(stop - start), MADV_HUGEPAGE) == 0)
-        return PyLong_FromUnsignedLongLong(stop - start);
+    const unsigned long long huge = 2ull << 20, page = 4096;
+    const unsigned long long start = (ptr + huge - 1) & ~(huge - 1);
+    const unsigned long long stop = (ptr + nbytes) & ~(huge - 1);
+    if (stop > start) {
+        unsigned char first = 1, last = 1;
+        const int fresh = mincore((void *)(uintptr_t)start, page, &first) == 0 &&
+                          mincore((void *)(uintptr_t)(stop - page), page, &last) == 0 &&
+                          !(first & 1) && !(last & 1);
+        if (fresh && madvise((void *)(uintptr_t)start, (size_t)(stop - start), MADV_HUGEPAGE) == 0)
+            return PyLong_FromUnsignedLongLong(stop - start);
+    }
 #endif
     return PyLong_FromLong(0);
 }
 
 static PyMethodDef methods[] = {
     {"advise_huge_pages", py_advise_huge_pages, METH_VARARGS,
-     "advise_huge_pages(ptr, nbytes) -> bytes advised MADV_HUGEPAGE (the 2 MiB-aligned interior)."},
+     "advise_huge_pages(ptr, nbytes) -> bytes advised MADV_HUGEPAGE (fresh memory only)."},
     {"fill_f32", py_fill_f32, METH_VARARGS, py_fill_f32_doc},
     {"fill_runs_f32", py_fill_runs_f32, METH_VARARGS, py_fill_runs_f32_doc},
     {"available_backends", py_available_backends, METH_NOARGS,

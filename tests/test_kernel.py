@@ -5,7 +5,9 @@ Every comparison is between two arms computed in this process; no tensor value i
 
 from __future__ import annotations
 
+import ctypes
 import logging
+import mmap
 import os
 import struct
 import subprocess
@@ -373,22 +375,31 @@ def test_empty_advises_huge_pages_only_for_large_buffers(monkeypatch: pytest.Mon
     # an ordinary torch allocation: its storage can still be resized by torch
     big.resize_(10)
     assert big.shape == (10,)
+    monkeypatch.setenv(kernel.HUGE_PAGES_ENV_VAR, "0")
+    kernel.empty((kernel.HUGE_PAGE_MIN_BYTES // 4,))
+    assert advised == [kernel.HUGE_PAGE_MIN_BYTES]  # switched off: no further advice
 
 
-def test_empty_marks_the_mapping_huge_page_eligible() -> None:
+def test_advice_marks_fresh_memory_huge_page_eligible_and_skips_resident_memory() -> None:
     try:
         mode = Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text()
     except OSError:
         pytest.skip("no transparent huge pages on this system")
     if "[never]" in mode:
         pytest.skip("transparent huge pages are disabled")
-    buf = kernel.empty((kernel.HUGE_PAGE_MIN_BYTES // 4,))
-    flags = _vm_flags_at(buf.data_ptr() + (4 << 20))
-    assert flags is not None and "hg" in flags
-    # resident (reused) memory is never advised: it will not fault
-    buf.fill_(1.0)
     assert kernel._ext is not None
-    assert kernel._ext.advise_huge_pages(buf.data_ptr(), buf.numel() * 4) == 0
+    size = 8 << 20
+    region = mmap.mmap(-1, size)  # a fresh anonymous mapping, like glibc's for big buffers
+    view = ctypes.c_char.from_buffer(region)
+    address = ctypes.addressof(view)
+    advised = kernel._ext.advise_huge_pages(address, size)
+    assert advised >= 4 << 20  # at least two aligned 2 MiB pages inside 8 MiB
+    flags = _vm_flags_at(address + size // 2)
+    assert flags is not None and "hg" in flags
+    region.write(b"\1" * size)  # now resident: it will not fault, so it is left alone
+    assert kernel._ext.advise_huge_pages(address, size) == 0
+    del view
+    region.close()
 
 
 @pytest.mark.parametrize(("threads", "shape"), [(1, (1, 48, 45, 48, 84)), (2, (8_709_131,))])

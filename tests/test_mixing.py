@@ -97,3 +97,49 @@ def test_bad_inputs() -> None:
         mix_conditions([rows(1, 3)], rows(1, 4), [0.5])
     with pytest.raises(ValueError, match=r"\[0, 1\]"):
         mix_condition(rows(1, 3), rows(1, 3), 1.5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("tau", [0.0, 0.3, 0.999, 1.0])
+def test_out_argument_gives_the_same_bits(dtype: torch.dtype, tau: float) -> None:
+    clean = rows(5, 96, 70).t().to(dtype)  # non-contiguous [70, 96]
+    noise = rows(6, 70).to(dtype)
+    out = torch.full(clean.shape, float("nan"), dtype=dtype)
+    got = mix_condition(clean, noise, tau, out=out)
+    assert got is out
+    assert bitwise_equal(out, mix_condition(clean, noise, tau))
+
+
+def test_out_argument_is_checked() -> None:
+    clean = rows(1, 8)
+    for bad in (
+        torch.empty(8, 95),
+        torch.empty(8, 96, dtype=torch.float64),
+        torch.empty(96, 8).t(),
+    ):
+        with pytest.raises(ValueError, match="out must be a contiguous"):
+            mix_condition(clean, rows(2, 8), 0.5, out=bad)
+
+
+def test_large_cpu_mix_writes_blocks_in_place_with_reference_bits() -> None:
+    # > 32 MiB of rows: the result buffer takes the huge-page allocation path
+    a, b = rows(1, 50_000), rows(2, 40_000)
+    noise = rows(3, 90_000)
+    out = mix_conditions([a, b], noise, [0.999, 0.25])
+    assert out.numel() * 4 >= 32 << 20 and out.is_contiguous()
+    expected = torch.cat(
+        [reference_mix(a, noise[:50_000], 0.999), reference_mix(b, noise[50_000:], 0.25)]
+    )
+    assert bitwise_equal(out, expected)
+
+
+def test_blocks_that_cannot_share_a_buffer_use_cat() -> None:
+    a = rows(1, 10).requires_grad_()
+    b = rows(2, 20)
+    noise = rows(3, 30)
+    out = mix_conditions([a, b], noise, [0.5, 0.5])
+    assert out.grad_fn is not None  # autograd still records the mix
+    expected = torch.cat([reference_mix(a, noise[:10], 0.5), reference_mix(b, noise[10:], 0.5)])
+    assert bitwise_equal(out.detach(), expected.detach())
+    mixed_dtypes = mix_conditions([rows(1, 4), rows(2, 4).double()], rows(3, 8), [1.0, 1.0])
+    assert mixed_dtypes.dtype == torch.float64  # torch.cat's promotion, as before

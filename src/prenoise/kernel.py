@@ -50,6 +50,8 @@ __all__ = [
 ]
 
 ENV_VAR = "PRENOISE_NOISE_BACKEND"
+#: ``PRENOISE_HUGE_PAGES=0`` turns the 2 MiB-page advice of :func:`empty` off (read per call).
+HUGE_PAGES_ENV_VAR = "PRENOISE_HUGE_PAGES"
 #: Draws of at least this many elements use ``min(2, cpu_count)`` threads by default.
 PARALLEL_MIN_NUMEL = 1 << 20
 #: Smaller draws go to torch: its result is identical and, below this size, cheaper than the
@@ -265,7 +267,11 @@ def empty(size: Sequence[int], dtype: torch.dtype = torch.float32) -> torch.Tens
     """
     out = torch.empty(tuple(size), dtype=dtype)
     nbytes = out.numel() * out.element_size()
-    if _ext is not None and nbytes >= HUGE_PAGE_MIN_BYTES:
+    if (
+        _ext is not None
+        and nbytes >= HUGE_PAGE_MIN_BYTES
+        and os.environ.get(HUGE_PAGES_ENV_VAR, "1").strip() != "0"
+    ):
         _ext.advise_huge_pages(out.data_ptr(), nbytes)
     return out
 

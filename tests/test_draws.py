@@ -285,4 +285,5 @@ def test_doctor_reports_backend(capsys: pytest.CaptureFixture[str]) -> None:
     from prenoise.cli import main
 
     assert main(["doctor"]) == 0
-    assert "noise backend" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "noise backend" in out and "2 MiB pages" in out

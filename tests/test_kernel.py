@@ -410,3 +410,10 @@ def test_randn_large_fresh_tensor_matches_torch(threads: int, shape: tuple[int, 
     got = kernel.randn(shape, generator=gen, threads=threads)
     assert got.numel() * 4 >= kernel.HUGE_PAGE_MIN_BYTES
     assert _same_bits(got, expected) and _same_state(gen, ref_gen)
+
+
+def test_huge_page_status_follows_the_switch(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(kernel.HUGE_PAGES_ENV_VAR, "0")
+    assert kernel.huge_page_status() == f"off ({kernel.HUGE_PAGES_ENV_VAR}=0)"
+    monkeypatch.delenv(kernel.HUGE_PAGES_ENV_VAR)
+    assert not kernel.huge_page_status().startswith("off (PRENOISE")

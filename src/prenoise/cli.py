@@ -43,6 +43,7 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     table.add_row("noise backend", f"{status.name} ({'active' if status.active else 'inactive'})")
     table.add_row("why", status.reason)
     table.add_row(kernel.ENV_VAR, os.environ.get(kernel.ENV_VAR, "(unset)"))
+    table.add_row("2 MiB pages for big buffers", kernel.huge_page_status())
     table.add_row("torch", torch.__version__)
     table.add_row("torch CPU capability", torch.backends.cpu.get_cpu_capability())
     table.add_row("torch intra-op threads", str(torch.get_num_threads()))

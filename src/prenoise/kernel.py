@@ -45,6 +45,7 @@ __all__ = [
     "backend_status",
     "empty",
     "fill_normal_",
+    "huge_page_status",
     "randn",
     "randn_keep_prefix",
 ]
@@ -274,6 +275,22 @@ def empty(size: Sequence[int], dtype: torch.dtype = torch.float32) -> torch.Tens
     ):
         _ext.advise_huge_pages(out.data_ptr(), nbytes)
     return out
+
+
+def huge_page_status() -> str:
+    """One line: whether :func:`empty` advises big buffers onto 2 MiB pages here, and why."""
+    if os.environ.get(HUGE_PAGES_ENV_VAR, "1").strip() == "0":
+        return f"off ({HUGE_PAGES_ENV_VAR}=0)"
+    if _ext is None:
+        return "off (C extension not built)"
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
+            mode = f.read().split("[", 1)[1].split("]", 1)[0]
+    except (OSError, IndexError):
+        return "no effect (no transparent huge pages on this system)"
+    if mode == "never":
+        return "no effect (transparent huge pages: never)"
+    return f"on for buffers >= {HUGE_PAGE_MIN_BYTES >> 20} MiB (transparent huge pages: {mode})"
 
 
 def _threads_for(numel: int, threads: int | None) -> int:

@@ -52,11 +52,44 @@ class Patchify:
 
     def apply(self, x: torch.Tensor) -> torch.Tensor:
         rows, features = self.output_shape(tuple(x.shape))
+        if x.device.type == "cpu":
+            out = kernel.empty((rows, features), dtype=x.dtype)  # big rows get 2 MiB pages
+        else:
+            out = torch.empty((rows, features), dtype=x.dtype, device=x.device)
+        return self.apply_into(x, out)
+
+    def apply_into(self, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        """Write `apply(x)` into `out` (contiguous, output shape, `x`'s dtype); return `out`."""
+        shape = self.output_shape(tuple(x.shape))
+        if tuple(out.shape) != shape or out.dtype != x.dtype or not out.is_contiguous():
+            raise ValueError(
+                f"Patchify output must be a contiguous {shape} {x.dtype} tensor, "
+                f"got {tuple(out.shape)} {out.dtype}"
+            )
         n, c, t, h, w = x.shape
         pt, ph, pw = self.patch
-        grid = x.reshape(n, c, t // pt, pt, h // ph, ph, w // pw, pw)
-        out = kernel.empty((rows, features), dtype=x.dtype)  # large rows get 2 MiB pages
-        out.view(n, t // pt, h // ph, w // pw, c, pt, ph, pw).copy_(
+        src, dst, unit = x, out, 1
+        wide = _WIDE_INTS.get(pw * x.element_size())
+        if wide is not None and _can_view_runs(x, pw) and _can_view_runs(out, pw):
+            # Move each run of `pw` adjacent values as one wider integer: the same bits in the
+            # same places, with a `pw`-times shorter (and far faster) strided copy.
+            src, dst, unit = x.view(wide), out.view(wide), pw
+        grid = src.reshape(n, c, t // pt, pt, h // ph, ph, w // pw, pw // unit)
+        dst.view(n, t // pt, h // ph, w // pw, c, pt, ph, pw // unit).copy_(
             grid.permute(0, 2, 4, 6, 1, 3, 5, 7)
         )
         return out
+
+
+_WIDE_INTS = {2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def _can_view_runs(x: torch.Tensor, run: int) -> bool:
+    """Whether `x.view(int type of run * itemsize bytes)` is valid: runs along a unit-stride w."""
+    return (
+        run > 1
+        and x.stride(-1) == 1
+        and all(stride % run == 0 for stride in x.stride()[:-1])
+        and x.storage_offset() % run == 0
+        and x.data_ptr() % (run * x.element_size()) == 0
+    )

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import torch
 
+from prenoise import kernel
 from prenoise.distributed.shm import (
     SharedSegment,
     create_segment,
@@ -109,13 +110,9 @@ def draw_into(stream: Stream, out: torch.Tensor) -> None:
     if draw.keep is None and draw.layout is None and draw.draw_dtype == draw.dtype:
         fill_normal_(out.view(draw.shape), stream.generator())
     elif isinstance(draw.layout, Patchify) and draw.draw_dtype == draw.dtype:
-        full = fill_normal_(torch.empty(draw.shape, dtype=draw.dtype), stream.generator())
+        full = fill_normal_(kernel.empty(draw.shape, dtype=draw.dtype), stream.generator())
         kept = full if draw.keep is None else full[tuple(slice(0, k) for k in draw.keep)]
-        n, c, t, h, w = kept.shape
-        pt, ph, pw = draw.layout.patch
-        grid = kept.reshape(n, c, t // pt, pt, h // ph, ph, w // pw, pw)
-        grid = grid.permute(0, 2, 4, 6, 1, 3, 5, 7)  # the rows' (n t' h' w' | c pt ph pw) order
-        out.view(grid.shape).copy_(grid)
+        draw.layout.apply_into(kept, out)
     else:
         out.copy_(run_stream(stream)[draw.name])
 

@@ -285,6 +285,34 @@ def test_prediction_mismatch_is_caught_before_consumption(
     assert compare(prepared_fields([serial]), prepared_fields([fallback])).equal
 
 
+def test_prediction_reuses_the_validated_header(
+    pipe: Ref2VAPipeline,
+    tiny_config: ModelConfig,
+    media: dict[str, Path],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The overlapped arm predicts from the header validation read: the file is probed once."""
+    from prenoise.ref2va import conditioning as conditioning_module
+    from prenoise.ref2va import media as media_module
+
+    probed: list[str] = []
+    real = media_module.probe_video
+
+    def counting(path: Any) -> Any:
+        probed.append(str(path))
+        return real(path)
+
+    monkeypatch.setattr(media_module, "probe_video", counting)
+    monkeypatch.setattr(conditioning_module, "probe_video", counting)
+    recipe = make_recipe(tiny_config, [("video", media["video"])])
+    tracer = Tracer()
+    _, prepared, events = pipe.prepare(recipe, "overlapped", tracer=tracer)
+    assert prepared.used_prepared_noise and events == []
+    assert probed == [str(media["video"])]
+    (predict,) = [s for s in tracer.spans if s.name == "predict_condition_shapes"]
+    assert predict.category is Category.NOISE
+
+
 def test_generate_writes_playable_mp4_with_video_and_audio(
     pipe: Ref2VAPipeline, tiny_config: ModelConfig, media: dict[str, Path], tmp_path: Path
 ) -> None:

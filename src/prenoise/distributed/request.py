@@ -47,12 +47,13 @@ class ResolvedRequest:
 
 def resolve_request(recipe: Recipe, models: Ref2VAModels) -> ResolvedRequest:
     """Resolve on this process: create missing synthetic references, predict condition shapes."""
-    validate_references(recipe.references)
+    headers = validate_references(recipe.references)
     width, height = recipe.size()
+    vae = models.video_vae
     predicted = tuple(
         shape
-        for spec in recipe.references
-        if (shape := predict_reference_shape(spec, models.video_vae, width, height)) is not None
+        for spec, header in zip(recipe.references, headers, strict=True)
+        if (shape := predict_reference_shape(spec, vae, width, height, header)) is not None
     )
     return ResolvedRequest(
         request_id=uuid.uuid4().hex[:12],

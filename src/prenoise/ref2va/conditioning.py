@@ -15,7 +15,7 @@ import torch
 from prenoise.ref2va.audio_vae import latents_to_rows
 from prenoise.ref2va.config import Recipe, ReferenceSpec
 from prenoise.ref2va.geometry import patchify
-from prenoise.ref2va.media import MediaError, probe_video, read_image
+from prenoise.ref2va.media import MediaError, VideoInfo, probe_video, read_image
 from prenoise.ref2va.models import Ref2VAModels
 from prenoise.ref2va.references import encode_reference, ensure_reference
 from prenoise.tracing import NULL_TRACER, Category, Tracer
@@ -77,18 +77,26 @@ class Conditioning:
         return cls(external.text, external.text_mask, visual, list(external.audio_latents))
 
 
-def validate_references(references: Sequence[ReferenceSpec]) -> None:
-    """Create missing synthetic references and check every file is readable (cheap, headers)."""
+def validate_references(references: Sequence[ReferenceSpec]) -> list[VideoInfo | None]:
+    """Create missing synthetic references and check every file is readable (cheap, headers).
+
+    Returns each reference's video header (None for images and audio), so that shape prediction
+    does not open the files a second time.
+    """
+    headers: list[VideoInfo | None] = []
     for spec in references:
         path = ensure_reference(spec)
+        header = None
         if spec.kind == "video":
-            info = probe_video(path)
-            if info.frames_at_24fps < 1:
+            header = probe_video(path)
+            if header.frames_at_24fps < 1:
                 raise MediaError(f"{path}: the video has zero frames")
         elif spec.kind == "image":
             read_image(path)
         elif not path.is_file():
             raise MediaError(f"{path}: no such file")
+        headers.append(header)
+    return headers
 
 
 def encode_conditioning(

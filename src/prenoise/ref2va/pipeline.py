@@ -13,7 +13,7 @@ noise is released before the denoising loop: only the denoise inputs reference i
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -34,7 +34,7 @@ from prenoise.ref2va.conditioning import (
 )
 from prenoise.ref2va.config import Recipe
 from prenoise.ref2va.geometry import RequestGeometry, unpatchify
-from prenoise.ref2va.media import write_mp4
+from prenoise.ref2va.media import VideoInfo, write_mp4
 from prenoise.ref2va.models import Ref2VAModels
 from prenoise.ref2va.noise import (
     NoiseFields,
@@ -154,10 +154,9 @@ class Ref2VAPipeline:
             raise ValueError(f"unknown arm {arm!r}; choose one of {ARMS}")
         geo = recipe.geometry()
         with tracer.span("prepare", Category.REQUEST, arm=arm):
-            if external is None:
-                validate_references(recipe.references)
+            headers = validate_references(recipe.references) if external is None else []
             if arm == "overlapped" and continuation is None and external is None:
-                conditioning, noise, events = self._prepare_overlapped(recipe, geo, tracer)
+                conditioning, noise, events = self._prepare_overlapped(recipe, geo, headers, tracer)
                 used = True
             else:
                 if external is not None:
@@ -245,16 +244,20 @@ class Ref2VAPipeline:
         return NoiseFields(video_noise, audio_noise, cond_noise)
 
     def _prepare_overlapped(
-        self, recipe: Recipe, geo: RequestGeometry, tracer: Tracer
+        self,
+        recipe: Recipe,
+        geo: RequestGeometry,
+        headers: Sequence[VideoInfo | None],
+        tracer: Tracer,
     ) -> tuple[Conditioning, NoiseFields, list[PredictionEvent]]:
         seed = recipe.output_seed(0)
         width, height = recipe.size()
+        vae = self.models.video_vae
         with tracer.span("predict_condition_shapes", Category.NOISE):
             predicted = [
                 shape
-                for spec in recipe.references
-                if (shape := predict_reference_shape(spec, self.models.video_vae, width, height))
-                is not None
+                for spec, header in zip(recipe.references, headers, strict=True)
+                if (shape := predict_reference_shape(spec, vae, width, height, header)) is not None
             ]
         video, audio = initial_noise_streams(seed, geo.T, geo.h, geo.w, geo.audio_t)
         with PreparationExecutor(name="ref2va-prep", tracer=tracer) as prep:

@@ -41,25 +41,32 @@ def ensure_reference(spec: ReferenceSpec) -> Path:
     return media.write_wav(path, media.synthetic_tone(syn.seconds, 16000), 16000)
 
 
-def reference_frame_count(spec: ReferenceSpec) -> int:
-    """Frames a visual reference is expected to give at 24 fps (1 for an image), from headers."""
+def reference_frame_count(spec: ReferenceSpec, header: media.VideoInfo | None = None) -> int:
+    """Frames a visual reference is expected to give at 24 fps (1 for an image), from headers.
+
+    `header` is the video's already-read `probe_video` result (the file is probed otherwise).
+    """
     if spec.kind == "image":
         return 1
     if spec.kind != "video":
         raise ValueError(f"{spec.path}: an {spec.kind} reference has no frames")
-    frames = media.probe_video(spec.path).frames_at_24fps
+    frames = (header or media.probe_video(spec.path)).frames_at_24fps
     if spec.max_seconds is not None:
         frames = min(frames, round(spec.max_seconds * FPS))
     return max(frames, 1)
 
 
 def predict_reference_shape(
-    spec: ReferenceSpec, vae: VideoVAE, width: int, height: int
+    spec: ReferenceSpec,
+    vae: VideoVAE,
+    width: int,
+    height: int,
+    header: media.VideoInfo | None = None,
 ) -> tuple[int, int, int] | None:
     """Predicted visual latent ``(t, h, w)`` of a reference (None for audio references)."""
     if not spec.is_visual:
         return None
-    return vae.predict_video_latent_shape(reference_frame_count(spec), height, width)
+    return vae.predict_video_latent_shape(reference_frame_count(spec, header), height, width)
 
 
 def encode_reference(

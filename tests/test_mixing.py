@@ -119,6 +119,12 @@ def test_out_argument_is_checked() -> None:
     ):
         with pytest.raises(ValueError, match="out must be a contiguous"):
             mix_condition(clean, rows(2, 8), 0.5, out=bad)
+    noise = rows(2, 8)
+    with pytest.raises(ValueError, match="share memory with clean"):
+        mix_condition(clean, noise, 1.0, out=clean)
+    with pytest.raises(ValueError, match="share memory with noise"):
+        mix_condition(clean, noise, 0.5, out=noise)
+    assert bitwise_equal(clean, rows(1, 8)) and bitwise_equal(noise, rows(2, 8))
 
 
 def test_large_cpu_mix_writes_blocks_in_place_with_reference_bits() -> None:

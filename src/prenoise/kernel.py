@@ -268,18 +268,18 @@ def empty(size: Sequence[int], dtype: torch.dtype = torch.float32) -> torch.Tens
     """
     out = torch.empty(tuple(size), dtype=dtype)
     nbytes = out.numel() * out.element_size()
-    if (
-        _ext is not None
-        and nbytes >= HUGE_PAGE_MIN_BYTES
-        and os.environ.get(HUGE_PAGES_ENV_VAR, "1").strip() != "0"
-    ):
+    if _ext is not None and nbytes >= HUGE_PAGE_MIN_BYTES and _huge_pages_allowed():
         _ext.advise_huge_pages(out.data_ptr(), nbytes)
     return out
 
 
+def _huge_pages_allowed() -> bool:
+    return os.environ.get(HUGE_PAGES_ENV_VAR, "1").strip() != "0"
+
+
 def huge_page_status() -> str:
     """One line: whether :func:`empty` advises big buffers onto 2 MiB pages here, and why."""
-    if os.environ.get(HUGE_PAGES_ENV_VAR, "1").strip() == "0":
+    if not _huge_pages_allowed():
         return f"off ({HUGE_PAGES_ENV_VAR}=0)"
     if _ext is None:
         return "off (C extension not built)"

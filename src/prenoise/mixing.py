@@ -49,6 +49,8 @@ def mix_condition(
     """
     if out is not None:
         _check_out(out, clean)
+        if _same_storage(out, clean):
+            raise ValueError("out must not share memory with clean (inputs are never mutated)")
     tau_t, one_minus_tau = mix_coefficients(tau)
     if float(tau_t) == 1.0:
         if out is not None:
@@ -61,6 +63,8 @@ def mix_condition(
         )
     if noise_t.dtype != clean.dtype:
         raise ValueError(f"noise dtype {noise_t.dtype} does not match clean dtype {clean.dtype}")
+    if out is not None and _same_storage(out, noise_t):
+        raise ValueError("out must not share memory with noise (inputs are never mutated)")
     device = clean.device
     if out is None:
         scaled_clean = torch.mul(clean, tau_t.to(device))
@@ -124,6 +128,12 @@ def _empty_like_rows(like: torch.Tensor, rows: int | None = None) -> torch.Tenso
     if like.device.type == "cpu":
         return kernel.empty(shape, dtype=like.dtype)
     return torch.empty(shape, dtype=like.dtype, device=like.device)
+
+
+def _same_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.device == b.device and (
+        a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+    )
 
 
 def _check_out(out: torch.Tensor, clean: torch.Tensor) -> None:

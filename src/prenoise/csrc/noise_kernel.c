@@ -308,6 +308,17 @@ static int check_backend(int backend) {
     return -1;
 }
 
+/* A heap copy of the generator state parsed from torch's bytes (NULL with a Python error set). */
+static mt_t *new_state(unsigned long long state_addr, Py_ssize_t nbytes) {
+    mt_t *mt = (mt_t *)malloc(sizeof(mt_t));
+    if (!mt) return (mt_t *)PyErr_NoMemory();
+    if (parse_state(state_addr, nbytes, mt) != 0) {
+        free(mt);
+        return NULL;
+    }
+    return mt;
+}
+
 PyDoc_STRVAR(py_fill_f32_doc,
              "fill_f32(out_addr, n, state_addr, state_nbytes, threads, backend)\n\n"
              "Writes torch's normal_() values for n >= 16 contiguous float32 at out_addr and\n"
@@ -324,12 +335,7 @@ static PyObject *py_fill_f32(PyObject *self, PyObject *args) {
         return NULL;
     if (n < 16) return PyErr_Format(PyExc_ValueError, "n must be >= 16, got %lld", n);
     if (check_backend(backend) != 0) return NULL;
-    mt = (mt_t *)malloc(sizeof(mt_t));
-    if (!mt) return PyErr_NoMemory();
-    if (parse_state(state_addr, nbytes, mt) != 0) {
-        free(mt);
-        return NULL;
-    }
+    if (!(mt = new_state(state_addr, nbytes))) return NULL;
     Py_BEGIN_ALLOW_THREADS
     rc = fill_f32((float *)(uintptr_t)out_addr, n, mt, threads, backend);
     if (rc == 0) state_store((uint8_t *)(uintptr_t)state_addr, mt);
@@ -365,12 +371,7 @@ static PyObject *py_fill_runs_f32(PyObject *self, PyObject *args) {
             return PyErr_Format(PyExc_ValueError, "runs must be sorted, disjoint, inside [0, n)");
     }
     if (check_backend(backend) != 0) return NULL;
-    mt = (mt_t *)malloc(sizeof(mt_t));
-    if (!mt) return PyErr_NoMemory();
-    if (parse_state(state_addr, nbytes, mt) != 0) {
-        free(mt);
-        return NULL;
-    }
+    if (!(mt = new_state(state_addr, nbytes))) return NULL;
     Py_BEGIN_ALLOW_THREADS
     fill_runs_f32((float *)(uintptr_t)out_addr, n, starts, n_runs, run_len, mt, backend);
     state_store((uint8_t *)(uintptr_t)state_addr, mt);

@@ -395,6 +395,7 @@ static PyObject *py_available_backends(PyObject *self, PyObject *unused) {
  * untouched. Returns the number of bytes advised. */
 static PyObject *py_advise_huge_pages(PyObject *self, PyObject *args) {
     unsigned long long ptr, nbytes;
+    (void)self;
     if (!PyArg_ParseTuple(args, "KK", &ptr, &nbytes)) return NULL;
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
     const unsigned long long huge = 2ull << 20, page = 4096;

@@ -378,6 +378,26 @@ def both_arms(
     return plain, overlapped, report, plain_gens, overlapped_gens
 
 
+def global_rng_arms(
+    pipe: Any, kwargs: dict[str, Any], seed: int = 11
+) -> tuple[Any, Any, Any, torch.Tensor, torch.Tensor]:
+    """Both arms with `generator=None`, each after `torch.manual_seed(seed)`.
+
+    Returns `(plain, overlapped, report, global RNG state after plain, after overlapped)`; the
+    caller's global RNG is restored afterwards.
+    """
+    from prenoise.integrations.diffusers import overlapped_call_with_report
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        plain = pipe(**kwargs)
+        after_plain = torch.get_rng_state()
+        torch.manual_seed(seed)
+        overlapped, report = overlapped_call_with_report(pipe, **kwargs)
+        after_overlapped = torch.get_rng_state()
+    return plain, overlapped, report, after_plain, after_overlapped
+
+
 def cogvideox(image_to_video: bool = False) -> Any:
     """CogVideoX with the DPM scheduler, whose steps draw from the generator after the noise."""
     from diffusers import (

@@ -17,6 +17,7 @@ from diffusers_tiny import (
     both_arms,
     call_kwargs,
     generators,
+    global_rng_arms,
 )
 
 import prenoise.integrations.diffusers.call as call_module
@@ -152,14 +153,8 @@ def test_stable_audio_generator_none_falls_through(
     tiny: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     pipe, kwargs = tiny("stable_audio"), call_kwargs("stable_audio")
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(11)
-        plain = pipe(**kwargs)
-        after_plain = torch.get_rng_state()
-        torch.manual_seed(11)
-        with caplog.at_level(logging.INFO, logger=LOGGER):
-            overlapped, report = overlapped_call_with_report(pipe, **kwargs)
-        after_overlapped = torch.get_rng_state()
+    with caplog.at_level(logging.INFO, logger=LOGGER):
+        plain, overlapped, report, after_plain, after_overlapped = global_rng_arms(pipe, kwargs)
     assert not report.overlapped and "generator is None" in str(report.reason)
     assert any("StableAudioPipeline" in r.getMessage() for r in caplog.records)
     assert_outputs_bitwise_equal(plain, overlapped)

@@ -15,6 +15,7 @@ from diffusers_tiny import (
     assert_same_states,
     call_kwargs,
     generators,
+    global_rng_arms,
     output_tensor,
 )
 
@@ -45,14 +46,9 @@ def test_generator_none_uses_the_global_rng_like_the_plain_call(
     tiny: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     pipe, kwargs = tiny("wan21"), call_kwargs("wan21")
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(11)
-        plain = pipe(**kwargs)
-        after_plain = torch.get_rng_state()
-        torch.manual_seed(11)
-        with caplog.at_level(logging.INFO, logger=LOGGER):
-            overlapped, report = overlapped_call_with_report(pipe, **kwargs)
-            after_overlapped = torch.get_rng_state()
+    with caplog.at_level(logging.INFO, logger=LOGGER):
+        plain, overlapped, report, after_plain, after_overlapped = global_rng_arms(pipe, kwargs)
+        with torch.random.fork_rng(devices=[]):
             overlapped_call_with_report(pipe, **kwargs)
     assert not report.overlapped and "generator is None" in str(report.reason)
     assert_bitwise_equal(output_tensor(plain), output_tensor(overlapped))

@@ -35,7 +35,7 @@ from prenoise.distributed.status import (
 from prenoise.draws import run_stream
 from prenoise.ref2va.config import RecipeError, load_recipe, recipe_from_dict
 from prenoise.ref2va.geometry import RequestGeometry
-from prenoise.ref2va.noise import (
+from prenoise.ref2va_noise import (
     condition_streams,
     draw_condition_noise,
     initial_noise_streams,

@@ -36,7 +36,7 @@ from prenoise.distributed.status import RankFailedError, StatusBoard
 from prenoise.draws import Stream, fill_normal_, run_stream
 from prenoise.layouts import Patchify
 from prenoise.ref2va.geometry import RequestGeometry
-from prenoise.ref2va.noise import NoiseFields, condition_streams, initial_noise_streams
+from prenoise.ref2va_noise import NoiseFields, condition_streams, initial_noise_streams
 from prenoise.tracing import NULL_TRACER, Category, Tracer
 
 __all__ = ["HostSharedNoise", "StreamJob", "assign_streams", "draw_into", "plan_jobs"]

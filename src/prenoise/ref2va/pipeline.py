@@ -36,7 +36,7 @@ from prenoise.ref2va.config import Recipe
 from prenoise.ref2va.geometry import RequestGeometry, unpatchify
 from prenoise.ref2va.media import VideoInfo, write_mp4
 from prenoise.ref2va.models import Ref2VAModels
-from prenoise.ref2va.noise import (
+from prenoise.ref2va_noise import (
     NoiseFields,
     condition_streams,
     draw_condition_noise,

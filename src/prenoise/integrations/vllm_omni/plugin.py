@@ -1,0 +1,258 @@
+"""The `vllm_omni.general_plugins` entry point and the patches it installs into MiniMax-H3.
+
+`register()` is what vLLM-Omni's `load_omni_general_plugins()` calls in every engine, stage and
+worker process. It installs prenoise into `MiniMaxH3Pipeline` only when the installed vllm-omni
+is a supported release (the hooked methods are private and change between releases) and
+`PRENOISE_VLLM_OMNI` is not `0`; otherwise it logs once why it did nothing. Installing twice is
+a no-op; `uninstall()` restores upstream's functions.
+
+Four upstream names are wrapped, each delegating to upstream's own code whenever the request is
+not being prepared ahead:
+- `MiniMaxH3Pipeline.forward`: opens a `RequestPreparation` around the request (its executor
+  cancels, joins and re-raises on an encoder failure; no worker outlives the request);
+- `pipeline_minimax_h3.prepare_encoder_inputs`: once the media plan is known (before the text
+  encoder runs) submits the first output's draws;
+- `MiniMaxH3Pipeline._initial_noise` and
+  `pipeline_minimax_h3.minimax_h3_imgvid_cond_noise_aug_rows`: take the
+  prepared noise when the actual arguments equal the prediction.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import logging
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from prenoise.integrations.vllm_omni.request import (
+    ConditionKey,
+    InitialNoiseKey,
+    RequestPreparation,
+    current_request,
+    mix_condition_rows,
+)
+from prenoise.integrations.vllm_omni.settings import PluginSettings
+
+__all__ = ["SUPPORTED_VERSIONS", "install", "is_installed", "register", "uninstall"]
+
+logger = logging.getLogger("prenoise.vllm_omni")
+SUPPORTED_VERSIONS = ("0.30.",)
+"""vllm-omni releases whose MiniMax-H3 internals the patches were written and tested against."""
+
+_PIPELINE_MODULE = "vllm_omni.diffusion.models.minimax_h3.pipeline_minimax_h3"
+_lock = threading.Lock()
+_originals: dict[str, Callable[..., Any]] = {}
+_said: set[str] = set()
+
+
+def register() -> None:
+    """Entry point (`vllm_omni.general_plugins`: `prenoise`): install if supported, else log why."""
+    settings = PluginSettings.from_env()  # an unknown value is an error, not a silent default
+    if not settings.enabled:
+        _say_once("disabled", "prenoise: vLLM-Omni plugin disabled by PRENOISE_VLLM_OMNI=0")
+        return
+    version = _vllm_omni_version()
+    if version is None or not version.startswith(SUPPORTED_VERSIONS):
+        _say_once(
+            "version",
+            f"prenoise: vllm-omni {version or '(not installed)'} is not supported "
+            f"(supported: {', '.join(v + 'x' for v in SUPPORTED_VERSIONS)}); plugin did nothing",
+        )
+        return
+    install()
+
+
+def is_installed() -> bool:
+    """True while prenoise's wrappers are installed in MiniMax-H3."""
+    return bool(_originals)
+
+
+def install() -> None:
+    """Wrap the four MiniMax-H3 names (idempotent); refuses if another plugin already did."""
+    from vllm_omni.diffusion.models.minimax_h3 import pipeline_minimax_h3 as upstream
+
+    with _lock:
+        if _originals:
+            return
+        cls = upstream.MiniMaxH3Pipeline
+        targets = {
+            "forward": cls.__dict__["forward"],
+            "_initial_noise": cls.__dict__["_initial_noise"],
+            "prepare_encoder_inputs": upstream.prepare_encoder_inputs,
+            "minimax_h3_imgvid_cond_noise_aug_rows": upstream.minimax_h3_imgvid_cond_noise_aug_rows,
+        }
+        foreign = [name for name, fn in targets.items() if not _is_upstream(fn)]
+        if foreign:
+            # Another plugin (e.g. a hardware backend) replaced them: taking noise past its
+            # wrapper would change what the model receives. Do nothing rather than that.
+            _say_once(
+                "foreign",
+                f"prenoise: MiniMax-H3 {foreign} already patched by another plugin; "
+                "prenoise did nothing",
+            )
+            return
+        _originals.update(targets)
+        cls.forward = functools.wraps(targets["forward"])(_forward)
+        cls._initial_noise = functools.wraps(targets["_initial_noise"])(_initial_noise)
+        upstream.prepare_encoder_inputs = functools.wraps(targets["prepare_encoder_inputs"])(
+            _prepare_encoder_inputs
+        )
+        upstream.minimax_h3_imgvid_cond_noise_aug_rows = functools.wraps(
+            targets["minimax_h3_imgvid_cond_noise_aug_rows"]
+        )(_condition_noise_rows)
+    logger.info("prenoise: overlapped noise preparation installed in MiniMax-H3 (vllm-omni)")
+
+
+def uninstall() -> None:
+    """Restore upstream's functions (no-op when not installed)."""
+    from vllm_omni.diffusion.models.minimax_h3 import pipeline_minimax_h3 as upstream
+
+    with _lock:
+        if not _originals:
+            return
+        upstream.MiniMaxH3Pipeline.forward = _originals["forward"]  # type: ignore[method-assign]
+        upstream.MiniMaxH3Pipeline._initial_noise = _originals["_initial_noise"]  # type: ignore[method-assign]
+        upstream.prepare_encoder_inputs = _originals["prepare_encoder_inputs"]
+        upstream.minimax_h3_imgvid_cond_noise_aug_rows = _originals[
+            "minimax_h3_imgvid_cond_noise_aug_rows"
+        ]
+        _originals.clear()
+
+
+# -- the wrappers -------------------------------------------------------------------------------
+
+
+def _forward(self: Any, request: Any) -> Any:
+    settings = PluginSettings.from_env()
+    if not settings.enabled or current_request() is not None:
+        return _originals["forward"](self, request)
+    with RequestPreparation(self, request.sampling_params, settings):
+        return _originals["forward"](self, request)
+
+
+def _prepare_encoder_inputs(prompt: Any, sampling: Any, **kwargs: Any) -> Any:
+    prepared = _originals["prepare_encoder_inputs"](prompt, sampling, **kwargs)
+    state = current_request()
+    if state is not None and state.sampling is sampling:
+        state.start(prepared)
+    return prepared
+
+
+def _initial_noise(
+    self: Any, *, seed: int, latent_t: int, latent_h: int, latent_w: int, audio_t: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    state = current_request()
+    if state is not None and state.pipeline is self:
+        key = InitialNoiseKey(int(seed), int(latent_t), int(latent_h), int(latent_w), int(audio_t))
+        prepared = state.take_initial_noise(key)
+        if prepared is not None:
+            return prepared
+    return _originals["_initial_noise"](
+        self, seed=seed, latent_t=latent_t, latent_h=latent_h, latent_w=latent_w, audio_t=audio_t
+    )
+
+
+def _condition_noise_rows(
+    clean_rows: torch.Tensor,
+    *,
+    condition_shapes: Any,
+    target_latent_t: int,
+    imgvid_cond_num_frames: int,
+    seed: int,
+    noise_aug: float,
+) -> torch.Tensor:
+    serial = functools.partial(
+        _originals["minimax_h3_imgvid_cond_noise_aug_rows"],
+        clean_rows,
+        condition_shapes=condition_shapes,
+        target_latent_t=target_latent_t,
+        imgvid_cond_num_frames=imgvid_cond_num_frames,
+        seed=seed,
+        noise_aug=noise_aug,
+    )
+    state = current_request()
+    if state is None:
+        return serial()
+    key = _condition_key(
+        clean_rows, condition_shapes, target_latent_t, imgvid_cond_num_frames, seed, noise_aug
+    )
+    if key is None:
+        # Upstream's own validation (and its noise_aug == 1 early return) decides.
+        state.discard_condition_noise(int(seed))
+        return serial()
+    noise = state.take_condition_noise(key)
+    if noise is None:
+        return serial()
+    return mix_condition_rows(clean_rows, noise, key.condition_shapes, float(noise_aug))
+
+
+def _condition_key(
+    clean_rows: torch.Tensor,
+    condition_shapes: Any,
+    target_latent_t: int,
+    imgvid_cond_num_frames: int,
+    seed: int,
+    noise_aug: float,
+) -> ConditionKey | None:
+    """The key of a call prenoise can serve exactly; None for anything upstream must handle."""
+    try:
+        shapes = tuple(tuple(int(v) for v in shape) for shape in condition_shapes)
+        tau = float(noise_aug)
+    except (TypeError, ValueError):
+        return None
+    valid = (
+        0.0 <= tau < 1.0
+        and clean_rows.ndim == 2
+        and int(clean_rows.shape[1]) == 96
+        and clean_rows.dtype == torch.float32
+        and int(target_latent_t) > 0
+        and shapes
+        and int(imgvid_cond_num_frames) == len(shapes)
+        and all(len(s) == 3 and min(s) > 0 and s[1] % 2 == 0 and s[2] % 2 == 0 for s in shapes)
+        and int(clean_rows.shape[0]) == sum(t * (h // 2) * (w // 2) for t, h, w in shapes)
+    )
+    if not valid:
+        return None
+    return ConditionKey(int(seed), int(target_latent_t), shapes)  # type: ignore[arg-type]
+
+
+# -- helpers ------------------------------------------------------------------------------------
+
+
+def _is_upstream(fn: Any) -> bool:
+    """True if `fn` is vllm-omni's own function (through torch's `no_grad` decorator only).
+
+    A wrapper made with `functools.wraps` copies `__module__` but not `__code__`, so the code's
+    file is what tells upstream's function from another plugin's wrapper.
+    """
+    import torch.utils._contextlib as torch_contextlib
+
+    code = getattr(fn, "__code__", None)
+    if code is not None and code.co_filename == torch_contextlib.__file__:
+        fn = getattr(fn, "__wrapped__", None)
+        code = getattr(fn, "__code__", None)
+    module = sys.modules.get(getattr(fn, "__module__", None) or "")
+    return (
+        code is not None
+        and module is not None
+        and module.__name__.startswith("vllm_omni.")
+        and code.co_filename == getattr(module, "__file__", None)
+    )
+
+
+def _vllm_omni_version() -> str | None:
+    try:
+        return importlib.metadata.version("vllm-omni")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _say_once(reason: str, message: str) -> None:
+    if reason not in _said:
+        _said.add(reason)
+        logger.warning(message)

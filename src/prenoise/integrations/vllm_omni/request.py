@@ -1,0 +1,386 @@
+"""One H3 request's noise preparation: eligibility, shape prediction, submission, consumption.
+
+`RequestPreparation` is opened around `MiniMaxH3Pipeline.forward` (see `patches`). When the
+request's media plan is known (`prepare_encoder_inputs` returned, the text encoder has not run),
+`start` submits the first output's initial video/audio noise and visual-condition noise to a
+request-owned `PreparationExecutor`. `_initial_noise` and the condition-noise function then take
+what was prepared — only when the pipeline's actual arguments equal the prediction — and
+otherwise run upstream's serial code unchanged (or raise, with `on_mismatch=raise`).
+
+Bitwise guarantee: the prepared tensors are the draws of the Ref2VA contract
+(`prenoise.ref2va_noise`), identical in values, shape, dtype, device and strides to upstream's
+`torch.randn` + patchify; the condition mix is `prenoise.mix_conditions` (two rounded products
+and one rounded sum with CPU float32 coefficients) on the clean rows' device, which is what
+upstream computes on the CPU before its `.to(device)`.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any
+
+import numpy as np
+import torch
+
+from prenoise.draws import run_stream
+from prenoise.executor import PreparationExecutor
+from prenoise.integrations.vllm_omni.settings import PluginSettings
+from prenoise.mixing import mix_conditions
+from prenoise.prediction import PredictionEvent
+from prenoise.ref2va_noise import LatentShape, condition_streams, initial_noise_streams
+
+__all__ = [
+    "ConditionKey",
+    "DrawRecord",
+    "InitialNoiseKey",
+    "RequestPreparation",
+    "current_request",
+    "observe_draws",
+]
+
+logger = logging.getLogger("prenoise.vllm_omni")
+_current: contextvars.ContextVar[RequestPreparation | None] = contextvars.ContextVar(
+    "prenoise_vllm_omni_request", default=None
+)
+DrawObserver = Callable[[str, int, torch.Tensor], None]
+_observers: list[DrawObserver] = []
+
+VIDEO, AUDIO, CONDITION = "initial_video_noise", "initial_audio_noise", "visual_condition_noise"
+
+
+@dataclass(frozen=True)
+class InitialNoiseKey:
+    """The `_initial_noise` arguments the initial noise was drawn for."""
+
+    seed: int
+    latent_t: int
+    latent_h: int
+    latent_w: int
+    audio_t: int
+
+
+@dataclass(frozen=True)
+class ConditionKey:
+    """The condition-noise arguments the visual-condition noise was drawn for."""
+
+    seed: int
+    target_latent_t: int
+    condition_shapes: tuple[LatentShape, ...]
+
+
+@dataclass(frozen=True)
+class DrawRecord:
+    """Where and when one prepared tensor was drawn, and when the pipeline asked for it."""
+
+    name: str
+    seed: int
+    thread: str
+    started: float
+    finished: float
+    requested: float | None = None
+
+
+def current_request() -> RequestPreparation | None:
+    """The preparation of the request running on this thread (None outside a request)."""
+    return _current.get()
+
+
+class observe_draws:
+    """Call `observer(name, seed, tensor)` for every prepared tensor when it is drawn.
+
+    For verification and tests (weakrefs, digests); observers run on the worker thread.
+    """
+
+    def __init__(self, observer: DrawObserver) -> None:
+        self.observer = observer
+
+    def __enter__(self) -> None:
+        _observers.append(self.observer)
+
+    def __exit__(self, *exc: object) -> None:
+        _observers.remove(self.observer)
+
+
+@dataclass
+class _Plan:
+    """What was submitted for one output seed."""
+
+    initial: InitialNoiseKey
+    condition: ConditionKey | None
+    names: dict[str, str] = field(default_factory=dict)
+
+
+class RequestPreparation:
+    """The request-owned preparation state of one `forward` call (a context manager)."""
+
+    def __init__(self, pipeline: Any, sampling: Any, settings: PluginSettings) -> None:
+        self.pipeline = pipeline
+        self.sampling = sampling
+        self.settings = settings
+        self.executor = PreparationExecutor(name="prenoise-vllm-omni")
+        self.records: dict[str, DrawRecord] = {}
+        self.skipped: str | None = None
+        self._plans: dict[int, _Plan] = {}
+        self._first_seed: int | None = None
+        self._num_outputs = 1
+        self._token: contextvars.Token[RequestPreparation | None] | None = None
+        self._lock = threading.Lock()
+
+    # -- lifetime ----------------------------------------------------------------------------
+    def __enter__(self) -> RequestPreparation:
+        self.executor.__enter__()
+        self._token = _current.set(self)
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        assert self._token is not None
+        _current.reset(self._token)
+        self._plans.clear()
+        # Cancels pending draws, joins the running one; `exc` propagates unchanged.
+        self.executor.__exit__(exc_type, exc, tb)
+
+    @property
+    def prediction_events(self) -> list[PredictionEvent]:
+        """Mismatches handled by running upstream's serial code instead."""
+        return self.executor.prediction_events
+
+    # -- start: called with the media plan, before the text encoder runs -----------------------
+    def start(self, prepared: Any) -> None:
+        """Submit the first output's draws if the request is eligible (else record why not)."""
+        reason = self._ineligible(prepared)
+        if reason is not None:
+            self.skipped = reason
+            logger.debug("prenoise: request not prepared ahead: %s", reason)
+            return
+        media = prepared.media
+        seed = _request_seed(self.sampling)
+        self._first_seed = seed
+        self._num_outputs = _num_outputs(self.sampling)
+        initial = InitialNoiseKey(
+            seed, int(media.latent_t), media.height // 16, media.width // 16, int(media.audio_t)
+        )
+        shapes = predict_condition_shapes(self.pipeline, media)
+        condition = None if shapes is None else ConditionKey(seed, initial.latent_t, shapes)
+        self._submit(initial, condition)
+
+    def _ineligible(self, prepared: Any) -> str | None:
+        from vllm_omni.diffusion.models.minimax_h3 import pipeline_minimax_h3 as upstream
+
+        task = getattr(prepared.media, "task", None)
+        if task != "ref2va":
+            return f"task {task!r} (only ref2va is prepared ahead)"
+        extra = getattr(self.sampling, "extra_args", None) or {}
+        if extra.get("continuation_prompts") is not None:
+            return "continuation request"
+        step_execution = bool(getattr(self.pipeline.od_config, "step_execution", False))
+        if upstream.resolve_continuation(extra, task=task, step_execution=step_execution):
+            return "continuation request"
+        if not getattr(self.pipeline, "load_vae_encoder", True):
+            return "media conditioning comes from the encoder stage"
+        return None
+
+    def _submit(self, initial: InitialNoiseKey, condition: ConditionKey | None) -> None:
+        plan = _Plan(initial, condition)
+        video, audio = initial_noise_streams(
+            initial.seed, initial.latent_t, initial.latent_h, initial.latent_w, initial.audio_t
+        )
+        jobs: list[tuple[str, Callable[[], torch.Tensor], Any]] = [
+            (VIDEO, lambda: run_stream(video)[VIDEO], initial),
+            (AUDIO, lambda: run_stream(audio)[AUDIO], initial),
+        ]
+        if condition is not None:
+            streams = condition_streams(
+                condition.seed, condition.target_latent_t, condition.condition_shapes
+            )
+            jobs.append((CONDITION, lambda: _concat_streams(streams), condition))
+        for field_name, draw, key in jobs:
+            name = f"{field_name}@{initial.seed}"
+            plan.names[field_name] = name
+            self.executor.submit(name, self._recorded(name, initial.seed, draw), predicted=key)
+        self._plans[initial.seed] = plan
+
+    def _recorded(
+        self, name: str, seed: int, draw: Callable[[], torch.Tensor]
+    ) -> Callable[[], torch.Tensor]:
+        def work() -> torch.Tensor:
+            started = time.perf_counter()
+            tensor = draw()
+            record = DrawRecord(
+                name, seed, threading.current_thread().name, started, time.perf_counter()
+            )
+            with self._lock:
+                self.records[name] = record
+            for observer in list(_observers):
+                observer(name.split("@")[0], seed, tensor)
+            return tensor
+
+        return work
+
+    # -- consumption -------------------------------------------------------------------------
+    def take_initial_noise(self, key: InitialNoiseKey) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The prepared `(video_rows, audio_rows)` for `key`, or None: run the serial code."""
+        plan = self._plans.get(key.seed)
+        if plan is None or VIDEO not in plan.names:
+            return None
+        video = self._take(plan, VIDEO, key)
+        audio = self._take(plan, AUDIO, key)
+        if video is None or audio is None:
+            return None
+        if plan.condition is None:
+            self._finish_output(plan)
+        return video, audio
+
+    def take_condition_noise(self, key: ConditionKey) -> torch.Tensor | None:
+        """The prepared visual-condition noise rows for `key`, or None: run the serial code."""
+        plan = self._plans.get(key.seed)
+        if plan is None or CONDITION not in plan.names:
+            return None
+        noise = self._take(plan, CONDITION, key)
+        self._finish_output(plan, confirmed=key if noise is not None else None)
+        return noise
+
+    def discard_condition_noise(self, seed: int) -> None:
+        """Drop prepared condition noise the pipeline will not use (released now, not at exit)."""
+        plan = self._plans.get(seed)
+        if plan is not None and CONDITION in plan.names:
+            self.executor.take(plan.names.pop(CONDITION), actual=plan.condition)
+            self._finish_output(plan)
+
+    def _take(self, plan: _Plan, field_name: str, actual: Any) -> torch.Tensor | None:
+        name = plan.names.pop(field_name)
+        with self._lock:
+            record = self.records.get(name)
+        requested = time.perf_counter()
+        tensor = self.executor.take(
+            name, actual=actual, policy=self.settings.on_mismatch, recompute=_serial
+        )
+        with self._lock:
+            record = self.records.get(name, record)
+            if record is not None:
+                self.records[name] = DrawRecord(**{**record.__dict__, "requested": requested})
+        return tensor
+
+    def _finish_output(self, plan: _Plan, confirmed: ConditionKey | None = None) -> None:
+        """After output `seed` took its noise: optionally prepare output `seed + 1` now."""
+        seed = plan.initial.seed
+        if plan.names:
+            return
+        self._plans.pop(seed, None)
+        if not self.settings.prepare_next_output or self._first_seed is None:
+            return
+        next_seed = seed + 1
+        if next_seed >= self._first_seed + self._num_outputs or next_seed in self._plans:
+            return
+        shapes = confirmed.condition_shapes if confirmed is not None else None
+        if plan.condition is not None and shapes is None:
+            return  # the condition shapes were not confirmed: leave the next output serial
+        initial = InitialNoiseKey(next_seed, *_dims(plan.initial))
+        condition = None if shapes is None else ConditionKey(next_seed, initial.latent_t, shapes)
+        self._submit(initial, condition)
+
+
+def _serial() -> None:
+    """`recompute` for a mismatch: the caller then runs upstream's serial code itself."""
+    return None
+
+
+def _dims(key: InitialNoiseKey) -> tuple[int, int, int, int]:
+    return key.latent_t, key.latent_h, key.latent_w, key.audio_t
+
+
+def _concat_streams(streams: Sequence[Any]) -> torch.Tensor:
+    parts = [tensor for stream in streams for tensor in run_stream(stream).values()]
+    return parts[0] if len(parts) == 1 else torch.cat(parts)
+
+
+def _request_seed(sampling: Any) -> int:
+    # Upstream's rule (`_prepare_encoder_conditioning_inputs`); a different seed at consumption
+    # time is a mismatch like any other, never silently different noise.
+    seed = getattr(sampling, "seed", None)
+    return int(seed if seed is not None else 42)
+
+
+def _num_outputs(sampling: Any) -> int:
+    from vllm_omni.diffusion.models.minimax_h3 import pipeline_minimax_h3 as upstream
+
+    try:
+        return int(upstream._resolve_minimax_h3_num_outputs(sampling.num_outputs_per_prompt))
+    except Exception:
+        return 1  # upstream rejects the request later with its own error
+
+
+# -- shape prediction ---------------------------------------------------------------------------
+
+
+def predict_condition_shapes(pipeline: Any, media: Any) -> tuple[LatentShape, ...] | None:
+    """The `(t, h, w)` of every visual condition, in encoding order, before encoding.
+
+    Images: `(1, H // 16, W // 16)` of the prepared image, exactly what `encode_media` reports.
+    Videos: the pipeline's own video-VAE code decides the frame count it encodes
+    (`MiniMaxH3VideoVAE._stream_prepare_video_tensor`, run on a 1x1-pixel meta stand-in of the
+    frames) and the checkpoint processor's `get_latent_length` and `_align_to_total_patch_size`
+    give the latent shape. None when the checkpoint does not expose those methods.
+    """
+    shapes: list[LatentShape] = [
+        (1, int(image.shape[0]) // 16, int(image.shape[1]) // 16) for image in media.images
+    ]
+    for video in media.videos:
+        shape = _predict_video_shape(pipeline.video_vae, tuple(int(d) for d in video.shape))
+        if shape is None:
+            logger.info("prenoise: the video VAE does not expose its alignment methods")
+            return None
+        shapes.append(shape)
+    return tuple(shapes)
+
+
+def _predict_video_shape(vae: Any, frames_shape: tuple[int, ...]) -> LatentShape | None:
+    from vllm_omni.diffusion.models.minimax_h3 import vae as upstream_vae
+
+    model = getattr(vae, "model", None)
+    processor = getattr(model, "processor", None)
+    latent_length = getattr(processor, "get_latent_length", None)
+    align = getattr(processor, "_align_to_total_patch_size", None)
+    ratio = getattr(model, "vae_ratio", None)
+    if not (callable(latent_length) and callable(align) and isinstance(ratio, int)):
+        return None
+    if len(frames_shape) != 4:
+        return None
+    num_frames, height, width, _ = frames_shape
+    encoded_frames = num_frames
+    if not upstream_vae._legacy_encode_prep_enabled():
+        stand_in = np.zeros((num_frames, 1, 1, 3), dtype=np.uint8)
+        staged = vae._stream_prepare_video_tensor(stand_in, torch.device("meta"))
+        if staged is not None:
+            encoded_frames = int(staged.shape[1])
+    aligned_h, aligned_w = align(height, width)
+    return int(latent_length(encoded_frames)), int(aligned_h) // ratio, int(aligned_w) // ratio
+
+
+# -- the exact mix --------------------------------------------------------------------------------
+
+
+def mix_condition_rows(
+    clean_rows: torch.Tensor,
+    noise_rows: torch.Tensor,
+    condition_shapes: Sequence[LatentShape],
+    noise_aug: float,
+) -> torch.Tensor:
+    """Upstream's anchor rows: per condition `tau·clean + (1 − tau)·noise`, concatenated.
+
+    Runs on `clean_rows`' device with CPU float32 coefficients (`prenoise.mix_conditions`);
+    the result is contiguous float32 on that device, as upstream's `.to(device).contiguous()`.
+    """
+    rows = [t * (h // 2) * (w // 2) for t, h, w in condition_shapes]
+    blocks = list(torch.split(clean_rows, rows))
+    return mix_conditions(blocks, noise_rows, [noise_aug] * len(blocks))

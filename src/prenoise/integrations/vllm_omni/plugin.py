@@ -38,7 +38,14 @@ from prenoise.integrations.vllm_omni.request import (
 )
 from prenoise.integrations.vllm_omni.settings import PluginSettings
 
-__all__ = ["SUPPORTED_VERSIONS", "install", "is_installed", "register", "uninstall"]
+__all__ = [
+    "SUPPORTED_VERSIONS",
+    "install",
+    "is_installed",
+    "original",
+    "register",
+    "uninstall",
+]
 
 logger = logging.getLogger("prenoise.vllm_omni")
 SUPPORTED_VERSIONS = ("0.30.",)
@@ -106,6 +113,18 @@ def install() -> None:
             targets["minimax_h3_imgvid_cond_noise_aug_rows"]
         )(_condition_noise_rows)
     logger.info("prenoise: overlapped noise preparation installed in MiniMax-H3 (vllm-omni)")
+
+
+def original(name: str) -> Callable[..., Any]:
+    """Upstream's own `name` (one of the four wrapped), whether or not prenoise is installed."""
+    from vllm_omni.diffusion.models.minimax_h3 import pipeline_minimax_h3 as upstream
+
+    with _lock:
+        if name in _originals:
+            return _originals[name]
+    if name in ("forward", "_initial_noise"):
+        return upstream.MiniMaxH3Pipeline.__dict__[name]  # type: ignore[no-any-return]
+    return getattr(upstream, name)  # type: ignore[no-any-return]
 
 
 def uninstall() -> None:

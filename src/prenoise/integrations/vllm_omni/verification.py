@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from prenoise.integrations.vllm_omni import plugin
-from prenoise.integrations.vllm_omni.request import current_request, observe_draws
+from prenoise.integrations.vllm_omni.request import DrawRecord, current_request, observe_draws
 from prenoise.integrations.vllm_omni.standins import StandInHooks, build_pipeline
 from prenoise.rng_guard import snapshot_global_rng
 from prenoise.verify import ComparisonReport, compare
@@ -85,6 +85,7 @@ class ArmResult:
     rng_before: Any
     rng_after: Any
     prediction_events: list[Any] = field(default_factory=list)
+    records: list[DrawRecord] = field(default_factory=list)
     skipped: str | None = None
 
     @property
@@ -268,6 +269,7 @@ class _Probes(contextlib.AbstractContextManager["_Probes"]):
             rng_before=rng_before,
             rng_after=rng_after,
             prediction_events=list(state.prediction_events) if state is not None else [],
+            records=list(records.values()),
             skipped=state.skipped if state is not None else None,
         )
 

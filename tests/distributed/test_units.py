@@ -35,12 +35,12 @@ from prenoise.distributed.status import (
 from prenoise.draws import run_stream
 from prenoise.ref2va.config import RecipeError, load_recipe, recipe_from_dict
 from prenoise.ref2va.geometry import RequestGeometry
+from prenoise.ref2va.transformer import JointTransformer, TransformerConfig
 from prenoise.ref2va_noise import (
     condition_streams,
     draw_condition_noise,
     initial_noise_streams,
 )
-from prenoise.ref2va.transformer import JointTransformer, TransformerConfig
 from prenoise.tracing import NULL_TRACER
 from prenoise.verify import tensor_sha256
 

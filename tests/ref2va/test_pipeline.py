@@ -18,9 +18,9 @@ from prenoise.ref2va import ModelConfig, Recipe, Ref2VAModels, make_synthetic_re
 from prenoise.ref2va import pipeline as pipeline_module
 from prenoise.ref2va.conditioning import ExternalConditioning
 from prenoise.ref2va.media import write_image
-from prenoise.ref2va_noise import draw_condition_noise, initial_noise_streams
 from prenoise.ref2va.pipeline import Ref2VAPipeline
 from prenoise.ref2va.verification import prepared_fields, verify_recipe
+from prenoise.ref2va_noise import draw_condition_noise, initial_noise_streams
 from prenoise.rng_guard import global_rng_guard
 from prenoise.tracing import Category, Tracer
 from prenoise.verify import compare

@@ -10,9 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytest.importorskip("vllm_omni", reason="vllm-omni lives in .venv-vllm-omni (make pytest-vllm-omni)")
+pytest.importorskip(
+    "vllm_omni", reason="vllm-omni lives in .venv-vllm-omni (make pytest-vllm-omni)"
+)
 
-from prenoise.integrations.vllm_omni import plugin  # noqa: E402
+from prenoise.integrations.vllm_omni import plugin
 
 
 @pytest.fixture(autouse=True)

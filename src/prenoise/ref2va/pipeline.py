@@ -36,15 +36,15 @@ from prenoise.ref2va.config import Recipe
 from prenoise.ref2va.geometry import RequestGeometry, unpatchify
 from prenoise.ref2va.media import VideoInfo, write_mp4
 from prenoise.ref2va.models import Ref2VAModels
+from prenoise.ref2va.references import predict_reference_shape
+from prenoise.ref2va.sampler import FlowEulerSampler, StepCallback
+from prenoise.ref2va.transformer import VelocityFn
 from prenoise.ref2va_noise import (
     NoiseFields,
     condition_streams,
     draw_condition_noise,
     initial_noise_streams,
 )
-from prenoise.ref2va.references import predict_reference_shape
-from prenoise.ref2va.sampler import FlowEulerSampler, StepCallback
-from prenoise.ref2va.transformer import VelocityFn
 from prenoise.tracing import NULL_TRACER, Category, Tracer
 
 __all__ = [

@@ -123,8 +123,8 @@ def original(name: str) -> Callable[..., Any]:
         if name in _originals:
             return _originals[name]
     if name in ("forward", "_initial_noise"):
-        return upstream.MiniMaxH3Pipeline.__dict__[name]  # type: ignore[no-any-return]
-    return getattr(upstream, name)  # type: ignore[no-any-return]
+        return upstream.MiniMaxH3Pipeline.__dict__[name]
+    return getattr(upstream, name)
 
 
 def uninstall() -> None:
@@ -134,8 +134,8 @@ def uninstall() -> None:
     with _lock:
         if not _originals:
             return
-        upstream.MiniMaxH3Pipeline.forward = _originals["forward"]  # type: ignore[method-assign]
-        upstream.MiniMaxH3Pipeline._initial_noise = _originals["_initial_noise"]  # type: ignore[method-assign]
+        upstream.MiniMaxH3Pipeline.forward = _originals["forward"]
+        upstream.MiniMaxH3Pipeline._initial_noise = _originals["_initial_noise"]
         upstream.prepare_encoder_inputs = _originals["prepare_encoder_inputs"]
         upstream.minimax_h3_imgvid_cond_noise_aug_rows = _originals[
             "minimax_h3_imgvid_cond_noise_aug_rows"

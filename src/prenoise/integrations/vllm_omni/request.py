@@ -84,6 +84,8 @@ class DrawRecord:
     started: float
     finished: float
     requested: float | None = None
+    used: bool = False
+    """False when the pipeline's actual arguments differed and upstream's serial code ran."""
 
 
 def current_request() -> RequestPreparation | None:
@@ -268,7 +270,8 @@ class RequestPreparation:
         with self._lock:
             record = self.records.get(name, record)
             if record is not None:
-                self.records[name] = DrawRecord(**{**record.__dict__, "requested": requested})
+                updates = {"requested": requested, "used": tensor is not None}
+                self.records[name] = DrawRecord(**{**record.__dict__, **updates})
         return tensor
 
     def _finish_output(self, plan: _Plan, confirmed: ConditionKey | None = None) -> None:

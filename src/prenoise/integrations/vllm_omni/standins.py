@@ -44,8 +44,8 @@ class StandInHooks:
     fail_media_encoder: BaseException | None = None
     video_latent_t_offset: int = 0
     """Added to every encoded reference video's latent length (a shape the prediction misses)."""
-    text_encoder_gate: threading.Event | None = None
-    """When set, the text encoder waits for it (lets a test hold the request in encoding)."""
+    on_text_encode: Callable[[], None] | None = None
+    """Called when the text encoder starts (lets a test hold the request in encoding)."""
     on_transformer_call: Callable[[int], None] | None = None
     transformer_calls: int = 0
     encode_threads: list[str] = field(default_factory=list)
@@ -108,8 +108,8 @@ class _TextEncoder(torch.nn.Module):
 
     def encode_ids(self, input_ids: torch.Tensor, **vision: torch.Tensor) -> torch.Tensor:
         self.hooks.encode_threads.append(threading.current_thread().name)
-        if self.hooks.text_encoder_gate is not None:
-            self.hooks.text_encoder_gate.wait(timeout=30)
+        if self.hooks.on_text_encode is not None:
+            self.hooks.on_text_encode()
         if self.hooks.fail_text_encoder is not None:
             raise self.hooks.fail_text_encoder
         ids = input_ids.reshape(-1).to(torch.float32)

@@ -30,7 +30,14 @@ from prenoise.integrations.vllm_omni.standins import StandInHooks, build_pipelin
 from prenoise.rng_guard import snapshot_global_rng
 from prenoise.verify import ComparisonReport, compare
 
-__all__ = ["ArmResult", "H3Request", "VerifyResult", "run_arm", "verify_request"]
+__all__ = [
+    "ArmResult",
+    "H3Request",
+    "VerifyResult",
+    "run_arm",
+    "run_forward",
+    "verify_request",
+]
 
 NOISE_FIELDS = ("initial_video_noise", "initial_audio_noise", "visual_condition_noise")
 
@@ -91,6 +98,16 @@ class ArmResult:
     @property
     def rng_unchanged(self) -> bool:
         return not self.rng_before.differences(self.rng_after)
+
+
+def run_forward(request: H3Request, *, plugin_on: bool, hooks: StandInHooks | None = None) -> Any:
+    """`forward` once, nothing recorded (for release and failure tests); returns its output."""
+    was_installed = plugin.is_installed()
+    (plugin.install if plugin_on else plugin.uninstall)()
+    try:
+        return build_pipeline(hooks).forward(request.forward_request())
+    finally:
+        (plugin.install if was_installed else plugin.uninstall)()
 
 
 def run_arm(request: H3Request, *, plugin_on: bool, hooks: StandInHooks | None = None) -> ArmResult:
@@ -249,8 +266,9 @@ class _Probes(contextlib.AbstractContextManager["_Probes"]):
             threads = self.drawn_on.get(seed, {})
             for name in NOISE_FIELDS:
                 record = records.get(f"{name}@{seed}")
+                used = record is not None and record.used
                 if name == "visual_condition_noise":
-                    tensor = self.prepared.get((name, seed)) if record is not None else None
+                    tensor = self.prepared.get((name, seed)) if used else None
                     if tensor is None and seed in self.condition_calls:
                         tensor = _upstream_condition_draw(upstream, self.condition_calls[seed])
                     if tensor is None:
@@ -258,7 +276,7 @@ class _Probes(contextlib.AbstractContextManager["_Probes"]):
                 else:
                     tensor = entry.get(name)
                 fields[prefix + name] = tensor
-                drawn_on[prefix + name] = record.thread if record else threads.get(name, "?")
+                drawn_on[prefix + name] = record.thread if used and record else threads[name]
             for key, value in entry.get("denoise", {}).items():
                 fields[f"{prefix}denoise.{key}"] = value
         return ArmResult(

@@ -1,0 +1,143 @@
+"""The entry point, the version guard, the settings and the install/uninstall mechanics."""
+
+from __future__ import annotations
+
+import functools
+import logging
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from prenoise.integrations.vllm_omni import SettingsError, plugin
+from prenoise.integrations.vllm_omni.request import RequestPreparation
+from prenoise.integrations.vllm_omni.settings import ENABLE_ENV, MISMATCH_ENV, PluginSettings
+from prenoise.prediction import MismatchPolicy
+
+
+def upstream() -> Any:
+    from vllm_omni.diffusion.models.minimax_h3 import pipeline_minimax_h3
+
+    return pipeline_minimax_h3
+
+
+def originals() -> list[Any]:
+    cls = upstream().MiniMaxH3Pipeline
+    return [
+        cls.__dict__["forward"],
+        cls.__dict__["_initial_noise"],
+        upstream().prepare_encoder_inputs,
+        upstream().minimax_h3_imgvid_cond_noise_aug_rows,
+    ]
+
+
+@pytest.fixture
+def fresh_logs(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(plugin, "_said", set())
+
+
+def test_entry_point_is_found_by_vllm_omni(monkeypatch: pytest.MonkeyPatch) -> None:
+    import vllm_omni.plugins as omni_plugins
+
+    monkeypatch.setattr(omni_plugins, "omni_plugins_loaded", False)
+    monkeypatch.delenv("VLLM_PLUGINS", raising=False)
+    assert "prenoise" in omni_plugins.load_omni_plugins_by_group("vllm_omni.general_plugins")
+    omni_plugins.load_omni_general_plugins()
+    assert plugin.is_installed()
+
+
+def test_vllm_plugins_allow_list_excludes_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    import vllm_omni.plugins as omni_plugins
+
+    monkeypatch.setenv("VLLM_PLUGINS", "someone_else")
+    assert omni_plugins.load_omni_plugins_by_group("vllm_omni.general_plugins") == {}
+
+
+def test_install_twice_is_harmless_and_uninstall_restores_upstream() -> None:
+    before = originals()
+    plugin.register()
+    wrapped = originals()
+    plugin.register()
+    plugin.install()
+    assert originals() == wrapped
+    assert all(a is not b for a, b in zip(before, wrapped, strict=True))
+    plugin.uninstall()
+    assert all(a is b for a, b in zip(before, originals(), strict=True))
+
+
+def test_unsupported_version_does_nothing_and_says_so_once(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, fresh_logs: None
+) -> None:
+    monkeypatch.setattr(plugin, "_vllm_omni_version", lambda: "0.31.0")
+    with caplog.at_level(logging.WARNING, logger="prenoise.vllm_omni"):
+        plugin.register()
+        plugin.register()
+    assert not plugin.is_installed()
+    messages = [r.getMessage() for r in caplog.records if r.name == "prenoise.vllm_omni"]
+    assert messages == [
+        "prenoise: vllm-omni 0.31.0 is not supported (supported: 0.30.x); plugin did nothing"
+    ]
+
+
+def test_env_var_turns_it_off(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, fresh_logs: None
+) -> None:
+    monkeypatch.setenv(ENABLE_ENV, "0")
+    with caplog.at_level(logging.WARNING, logger="prenoise.vllm_omni"):
+        plugin.register()
+    assert not plugin.is_installed()
+    assert "disabled by PRENOISE_VLLM_OMNI=0" in caplog.text
+
+
+@pytest.mark.parametrize(("name", "value"), [(ENABLE_ENV, "yes"), (MISMATCH_ENV, "fallback")])
+def test_unknown_setting_values_are_errors(
+    monkeypatch: pytest.MonkeyPatch, name: str, value: str
+) -> None:
+    monkeypatch.setenv(name, value)
+    with pytest.raises(SettingsError, match=name):
+        plugin.register()
+    assert not plugin.is_installed()
+
+
+def test_settings_defaults() -> None:
+    assert PluginSettings.from_env({}) == PluginSettings(
+        enabled=True, on_mismatch=MismatchPolicy.FALLBACK, prepare_next_output=False
+    )
+
+
+def test_refuses_to_wrap_another_plugins_patch(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, fresh_logs: None
+) -> None:
+    cls = upstream().MiniMaxH3Pipeline
+    theirs = cls.__dict__["_initial_noise"]
+
+    @functools.wraps(theirs)
+    def hardware_initial_noise(self: Any, **kwargs: Any) -> Any:
+        return theirs(self, **kwargs)
+
+    monkeypatch.setattr(cls, "_initial_noise", hardware_initial_noise)
+    with caplog.at_level(logging.WARNING, logger="prenoise.vllm_omni"):
+        plugin.install()
+    assert not plugin.is_installed()
+    assert "already patched by another plugin" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("task", "extra", "vae_encoder", "reason"),
+    [
+        ("t2va", {}, True, "task 't2va'"),
+        ("ref2va", {"continuation_prompts": ["a", "b"]}, True, "continuation"),
+        ("ref2va", {}, False, "encoder stage"),
+    ],
+)
+def test_ineligible_requests_submit_nothing(
+    task: str, extra: dict[str, Any], vae_encoder: bool, reason: str
+) -> None:
+    pipe = SimpleNamespace(od_config=SimpleNamespace(step_execution=False))
+    pipe.load_vae_encoder = vae_encoder
+    sampling = SimpleNamespace(extra_args=extra, seed=1, num_outputs_per_prompt=1)
+    prepared = SimpleNamespace(media=SimpleNamespace(task=task))
+    with RequestPreparation(pipe, sampling, PluginSettings()) as state:
+        state.start(prepared)
+        assert state.executor.pending == []
+    assert state.skipped is not None and reason in state.skipped

@@ -240,6 +240,12 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_vllm_omni_verify(args: argparse.Namespace) -> int:
+    from prenoise.integrations.vllm_omni.cli import run
+
+    return run(args, console)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="prenoise",
@@ -307,6 +313,15 @@ def build_parser() -> argparse.ArgumentParser:
     cmp_.add_argument("b")
     cmp_.add_argument("--json", help="write the per-field report here")
     cmp_.set_defaults(func=_cmd_compare)
+
+    from prenoise.integrations.vllm_omni.cli import add_arguments as add_vllm_omni_arguments
+
+    vllm = sub.add_parser(
+        "vllm-omni-verify",
+        help="vLLM-Omni MiniMax-H3 with stand-in weights: plugin off vs on, bitwise",
+    )
+    add_vllm_omni_arguments(vllm)
+    vllm.set_defaults(func=_cmd_vllm_omni_verify)
     return parser
 
 

@@ -1,0 +1,142 @@
+"""vLLM-Omni MiniMax-H3 with and without the prenoise plugin: noise on the request thread and
+the preparation window, alternating pairs in one process (run with .venv-vllm-omni/bin/python).
+
+The pipeline is upstream's real `MiniMaxH3Pipeline` with the stand-in components of
+`prenoise.integrations.vllm_omni.standins`. Accelerator time is simulated: the text encoder
+stand-in sleeps `--encoder-idle` seconds (the host CPU idles while an accelerator would encode
+the prompt), and the media encoder runs its cheap CPU stand-in. Measured per request:
+- noise on the request thread: wall time inside `_initial_noise` and the condition-noise
+  function (upstream's draws and mix with the plugin off; waits, takes and the mix with it on);
+- preparation window: `forward` entry to the first transformer call.
+
+    .venv-vllm-omni/bin/python benchmarks/bench_vllm_omni.py \
+        --json benchmarks/results/vllm_omni.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from PIL import Image
+
+from prenoise.integrations.vllm_omni import plugin
+from prenoise.integrations.vllm_omni.standins import StandInHooks
+from prenoise.integrations.vllm_omni.verification import H3Request, run_forward
+
+
+def timed(fn: Callable[..., Any], sink: list[float]) -> Callable[..., Any]:
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            sink.append(time.perf_counter() - start)
+
+    return wrapper
+
+
+def one_request(request: H3Request, plugin_on: bool, encoder_idle: float) -> dict[str, float]:
+    from vllm_omni.diffusion.models.minimax_h3 import pipeline_minimax_h3 as upstream
+
+    noise: list[float] = []
+    marks: dict[str, float] = {}
+
+    def first_call(calls: int) -> None:
+        if calls == 1:
+            marks["first_step"] = time.perf_counter()
+
+    hooks = StandInHooks(
+        on_text_encode=lambda: time.sleep(encoder_idle), on_transformer_call=first_call
+    )
+    (plugin.install if plugin_on else plugin.uninstall)()
+    cls = upstream.MiniMaxH3Pipeline
+    initial, condition = (
+        cls.__dict__["_initial_noise"],
+        upstream.minimax_h3_imgvid_cond_noise_aug_rows,
+    )
+    cls._initial_noise = timed(initial, noise)
+    upstream.minimax_h3_imgvid_cond_noise_aug_rows = timed(condition, noise)
+    try:
+        start = time.perf_counter()
+        run_forward(request, plugin_on=plugin_on, hooks=hooks)
+    finally:
+        cls._initial_noise = initial
+        upstream.minimax_h3_imgvid_cond_noise_aug_rows = condition
+    return {"noise_on_request_thread_s": sum(noise), "window_s": marks["first_step"] - start}
+
+
+def make_references(folder: Path) -> dict[str, Path]:
+    image = folder / "reference.png"
+    pixels = (np.arange(768 * 1344 * 3, dtype=np.int64) * 7919 % 251).astype(np.uint8)
+    Image.fromarray(pixels.reshape(768, 1344, 3)).save(image)
+    video = folder / "reference.mp4"
+    subprocess.run(
+        ["ffmpeg", "-loglevel", "error", "-y",
+         "-f", "lavfi", "-i", "testsrc=size=1344x768:rate=24:duration=2.5",
+         "-f", "lavfi", "-i", "sine=frequency=440:duration=2.5:sample_rate=16000",
+         "-c:v", "libx264", "-pix_fmt", "yuv420p", "-c:a", "aac", "-shortest", str(video)],
+        check=True,
+    )  # fmt: skip
+    return {"image": image, "video": video}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--durations", type=float, nargs="+", default=[5.0, 10.0, 15.0])
+    parser.add_argument("--pairs", type=int, default=3)
+    parser.add_argument("--encoder-idle", type=float, default=0.6)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    results: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory() as scratch:
+        references = make_references(Path(scratch))
+        for kind, reference in references.items():
+            for duration in args.durations:
+                request = H3Request(
+                    (reference,), seed=2101, duration=duration, width=1344, height=768, steps=1
+                )
+                one_request(request, True, args.encoder_idle)  # warm-up (imports, ffmpeg)
+                arms: dict[str, list[dict[str, float]]] = {"plain": [], "plugin": []}
+                for pair in range(args.pairs):
+                    order = ("plain", "plugin") if pair % 2 == 0 else ("plugin", "plain")
+                    for arm in order:
+                        arms[arm].append(one_request(request, arm == "plugin", args.encoder_idle))
+                row: dict[str, Any] = {"reference": kind, "duration_s": duration}
+                for metric in ("noise_on_request_thread_s", "window_s"):
+                    for arm, runs in arms.items():
+                        row[f"{arm}.{metric}"] = statistics.median(r[metric] for r in runs)
+                        row[f"{arm}.{metric}.all"] = [round(r[metric], 4) for r in runs]
+                plain_noise = row["plain.noise_on_request_thread_s"]
+                row["plugin_noise_pct_of_plain"] = (
+                    100 * row["plugin.noise_on_request_thread_s"] / plain_noise
+                )
+                row["window_shrink_pct_of_plain_noise"] = (
+                    100 * (row["plain.window_s"] - row["plugin.window_s"]) / plain_noise
+                )
+                results.append(row)
+                print(json.dumps({k: v for k, v in row.items() if not k.endswith(".all")}))
+    summary = {
+        "machine": f"{platform.machine()} {platform.processor()} torch {torch.__version__}",
+        "threads": 1,
+        "encoder_idle_s": args.encoder_idle,
+        "pairs": args.pairs,
+        "rows": results,
+    }
+    if args.json:
+        args.json.write_text(json.dumps(summary, indent=2))
+
+
+if __name__ == "__main__":
+    main()

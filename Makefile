@@ -62,7 +62,7 @@ $(VLLM_STAMP): pyproject.toml Makefile
 	touch $(VLLM_STAMP)
 
 pytest-vllm-omni: $(VLLM_STAMP)
-	$(VLLM_PY) -m pytest tests/vllm_omni
+	$(VLLM_PY) -m pytest tests/vllm_omni_plugin
 
 test: lint typecheck pytest pytest-vllm-omni
 

@@ -53,13 +53,10 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    import torch
+    from prenoise.verify import compare, load_saved
 
-    from prenoise.verify import compare
-
-    a = torch.load(args.a, map_location="cpu", weights_only=True)
-    b = torch.load(args.b, map_location="cpu", weights_only=True)
-    report = compare(a, b)
+    # Exit status: 0 equal, 1 different, 2 cannot compare (UncomparableError, a user error).
+    report = compare(load_saved(args.a), load_saved(args.b))
     if args.json:
         Path(args.json).write_text(report.to_json(indent=2))
     console.print(report.summary())
@@ -72,8 +69,9 @@ def _user_errors() -> tuple[type[Exception], ...]:
     from prenoise.ref2va.checkpoint import CheckpointError
     from prenoise.ref2va.config import RecipeError
     from prenoise.ref2va.media import MediaError
+    from prenoise.verify import UncomparableError
 
-    return (RecipeError, MediaError, CheckpointError, PredictionMismatchError)
+    return (RecipeError, MediaError, CheckpointError, PredictionMismatchError, UncomparableError)
 
 
 def _stage_table(title: str, seconds: dict[str, float]) -> Table:

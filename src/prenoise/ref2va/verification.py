@@ -40,6 +40,22 @@ def prepared_fields(outputs: list[PreparedOutput]) -> dict[str, torch.Tensor | N
     return fields
 
 
+def _nested(fields: dict[str, torch.Tensor | None]) -> dict[str, Any]:
+    """`{"denoise.text": t}` as `{"denoise": {"text": t}}`: `compare` labels it `denoise.text`.
+
+    (`compare` shows a dotted key as `['denoise.text']`, so that it never shares a label with a
+    nested field; nesting keeps the report's labels the dotted names.)
+    """
+    root: dict[str, Any] = {}
+    for name, value in fields.items():
+        *parents, leaf = name.split(".")
+        node = root
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return root
+
+
 @dataclass
 class VerifyResult:
     """The verdict, its JSON form and the per-arm stage seconds."""
@@ -92,7 +108,7 @@ def verify_recipe(pipeline: Ref2VAPipeline, recipe: Recipe) -> VerifyResult:
     serial, _ = pipeline.prepare_outputs(recipe, "serial", keep_noise=True)
     overlapped, events = pipeline.prepare_outputs(recipe, "overlapped", keep_noise=True)
     rng_unchanged = not before.differences(snapshot_global_rng())
-    report = compare(prepared_fields(serial), prepared_fields(overlapped))
+    report = compare(_nested(prepared_fields(serial)), _nested(prepared_fields(overlapped)))
     return VerifyResult(
         equal=report.equal and rng_unchanged,
         rng_state_unchanged=rng_unchanged,

@@ -210,3 +210,12 @@ def test_sigterm_during_mp4_write_removes_the_partial_file(tmp_path: Path) -> No
     assert not (tmp_path / partial.name).exists()
     assert not (tmp_path / "clip.mp4").exists()
     assert not [p.name for p in tmp_path.iterdir() if p.name.endswith(".partial.mp4")]
+
+
+def test_a_size_the_scaler_refuses_is_blamed_on_the_size_not_the_file(tmp_path: Path) -> None:
+    from prenoise.ref2va.media import MediaError, read_image, write_image
+
+    image = write_image(tmp_path / "ref.png", torch.zeros(96, 128, 3, dtype=torch.uint8))
+    with pytest.raises(MediaError, match="requested 20000x20000 output") as info:
+        read_image(image, 20000, 20000)
+    assert "ref.png" not in str(info.value)  # the file is fine

@@ -66,9 +66,17 @@ def _frame_to_array(frame: Any, width: int | None, height: int | None) -> np.nda
     scaled_w, scaled_h, left, top = geometry.cover_crop_box(
         frame.width, frame.height, width, height
     )
-    rgb = frame.reformat(
-        width=scaled_w, height=scaled_h, format="rgb24", interpolation="BILINEAR"
-    ).to_ndarray()
+    try:
+        rgb = frame.reformat(
+            width=scaled_w, height=scaled_h, format="rgb24", interpolation="BILINEAR"
+        ).to_ndarray()
+    except av.FFmpegError as exc:
+        # The request's size failed here, not the file: say so (callers blame FFmpegErrors on
+        # the file they decode).
+        raise MediaError(
+            f"cannot scale a {frame.width}x{frame.height} frame to {scaled_w}x{scaled_h} "
+            f"for the requested {width}x{height} output ({exc})"
+        ) from exc
     return np.ascontiguousarray(rgb[top : top + height, left : left + width])
 
 

@@ -18,6 +18,8 @@ from prenoise.cli_args import (
     at_least,
     check_output_dir,
     check_output_file,
+    check_request_outputs,
+    generate_out_path,
     port,
     seed,
 )
@@ -112,13 +114,12 @@ def _cmd_generate(args: argparse.Namespace) -> int:
 
     from prenoise.ref2va.cli_options import load_models, recipe_from_args
     from prenoise.ref2va.conditioning import validate_references
-    from prenoise.ref2va.pipeline import Ref2VAPipeline, output_path
+    from prenoise.ref2va.pipeline import Ref2VAPipeline
     from prenoise.ref2va.sampler import StepInfo
 
     recipe = recipe_from_args(args)
-    out = Path(args.out) if args.out else recipe.output_dir / f"{recipe.name}.mp4"
-    for index in range(recipe.outputs):
-        check_output_file(output_path(out, index), "--out" if args.out else "output_dir")
+    check_request_outputs(args, recipe)
+    out = generate_out_path(args, recipe)
     validate_references(recipe.references)  # bad media fails here, before any model work
     columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
     with Progress(*columns, console=console, transient=True) as progress:
@@ -157,8 +158,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     from prenoise.ref2va.verification import verify_recipe
 
     recipe = recipe_from_args(args)
-    if args.json:
-        check_output_file(args.json, "--json")
+    check_request_outputs(args, recipe)
     validate_references(recipe.references)
     with console.status("preparing the request with both arms…"):
         pipeline = Ref2VAPipeline(load_models(recipe), device=recipe.device)
@@ -207,10 +207,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     from prenoise.ref2va.pipeline import Ref2VAPipeline
 
     recipe = recipe_from_args(args)
-    if args.json:
-        check_output_file(args.json, "--json")
-    if args.trace_dir:
-        check_output_dir(args.trace_dir, "--trace-dir")
+    check_request_outputs(args, recipe)
     validate_references(recipe.references)
     config = BenchConfig(args.pairs, args.warmup, args.full, args.encoder_threads)
     with console.status("loading models…") as status:

@@ -10,8 +10,12 @@ import argparse
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from prenoise.seeds import check_seed_range
+
+if TYPE_CHECKING:
+    from prenoise.ref2va.config import Recipe
 
 __all__ = [
     "LOG_LEVELS",
@@ -19,6 +23,8 @@ __all__ = [
     "at_least",
     "check_output_dir",
     "check_output_file",
+    "check_request_outputs",
+    "generate_out_path",
     "port",
     "seed",
 ]
@@ -101,3 +107,23 @@ def _check_creatable(directory: Path, option: str, target: Path) -> None:
         raise UsageError(f"{option} {target}: {existing} is a file, not a directory")
     if not os.access(existing, os.W_OK | os.X_OK):
         raise UsageError(f"{option} {target}: directory {existing} is not writable")
+
+
+def generate_out_path(args: argparse.Namespace, recipe: Recipe) -> Path:
+    """The first output MP4 of `prenoise generate`: `--out`, else `OUTPUT_DIR/NAME.mp4`."""
+    return Path(args.out) if args.out else recipe.output_dir / f"{recipe.name}.mp4"
+
+
+def check_request_outputs(args: argparse.Namespace, recipe: Recipe) -> None:
+    """Check every path a `generate`/`verify`/`bench` run will write (one process or torchrun):
+    each output MP4 of `generate`, `--json` and `--trace-dir`."""
+    from prenoise.ref2va.pipeline import output_path
+
+    if args.command == "generate":
+        out = generate_out_path(args, recipe)
+        for index in range(recipe.outputs):
+            check_output_file(output_path(out, index), "--out" if args.out else "output_dir")
+    if getattr(args, "json", None):
+        check_output_file(args.json, "--json")
+    if getattr(args, "trace_dir", None):
+        check_output_dir(args.trace_dir, "--trace-dir")

@@ -134,6 +134,20 @@ def test_bench_output_paths_fail_before_work(
     assert "is a file, not a directory" in _one_line_error(capsys)
 
 
+def test_torchrun_commands_check_outputs_before_joining_the_group(
+    workdir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from prenoise.distributed import commands
+
+    def no_group(*_args: object) -> None:
+        raise AssertionError("the process group was initialised before the output check")
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setattr(commands, "init_distributed", no_group)
+    assert main(["verify", "--recipe", "tiny.yaml", "--json", "."]) == 2
+    assert "--json .: is a directory" in _one_line_error(capsys)
+
+
 def test_serve_uses_the_same_seed_rule(workdir: Path) -> None:
     pytest.importorskip("fastapi")
     from prenoise.serve.schema import RequestRejected, ServeLimits, build_recipe, parse_request

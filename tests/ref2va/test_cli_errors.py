@@ -233,3 +233,17 @@ def test_a_size_the_scaler_refuses_is_blamed_on_the_size_not_the_file(tmp_path: 
     with pytest.raises(MediaError, match="requested 20000x20000 output") as info:
         read_image(image, 20000, 20000)
     assert "ref.png" not in str(info.value)  # the file is fine
+
+
+def test_serve_output_dir_that_is_a_file_fails_before_models(
+    workdir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    serve = pytest.importorskip("prenoise.serve")
+
+    def no_app(*_args: object) -> None:
+        raise AssertionError("the service was built before the output check")
+
+    monkeypatch.setattr(serve, "create_app", no_app)
+    (workdir / "taken").write_text("")
+    assert main(["serve", "--recipe", "tiny.yaml", "--output-dir", "taken"]) == 2
+    assert "--output-dir taken: exists and is not a directory" in _one_line_error(capsys)

@@ -247,3 +247,13 @@ def test_serve_output_dir_that_is_a_file_fails_before_models(
     (workdir / "taken").write_text("")
     assert main(["serve", "--recipe", "tiny.yaml", "--output-dir", "taken"]) == 2
     assert "--output-dir taken: exists and is not a directory" in _one_line_error(capsys)
+
+
+def test_verify_prints_where_its_report_went(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(TINY, tmp_path / "tiny.yaml")
+    assert main(["verify", "--recipe", "tiny.yaml", "--json", "reports/v.json"]) == 0
+    assert "wrote the per-field report to reports/v.json" in capsys.readouterr().out
+    assert (tmp_path / "reports" / "v.json").is_file()

@@ -12,7 +12,22 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from prenoise.cli_args import (
+    LOG_LEVELS,
+    UsageError,
+    at_least,
+    check_output_dir,
+    check_output_file,
+    check_request_outputs,
+    generate_out_path,
+    port,
+    seed,
+)
+
 __all__ = ["main"]
+
+DEBUG_ENV_VAR = "PRENOISE_DEBUG"
+"""`PRENOISE_DEBUG=1` (like `--debug`): let errors propagate with their traceback."""
 
 console = Console()
 
@@ -53,13 +68,12 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    import torch
+    from prenoise.verify import compare, load_saved
 
-    from prenoise.verify import compare
-
-    a = torch.load(args.a, map_location="cpu", weights_only=True)
-    b = torch.load(args.b, map_location="cpu", weights_only=True)
-    report = compare(a, b)
+    if args.json:
+        check_output_file(args.json, "--json")
+    # Exit status: 0 equal, 1 different, 2 cannot compare (UncomparableError, a user error).
+    report = compare(load_saved(args.a), load_saved(args.b))
     if args.json:
         Path(args.json).write_text(report.to_json(indent=2))
     console.print(report.summary())
@@ -68,12 +82,22 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
 def _user_errors() -> tuple[type[Exception], ...]:
     """Errors caused by the user's input: reported in one line, exit status 2."""
+    from prenoise.env import EnvVarError
     from prenoise.prediction import PredictionMismatchError
     from prenoise.ref2va.checkpoint import CheckpointError
     from prenoise.ref2va.config import RecipeError
     from prenoise.ref2va.media import MediaError
+    from prenoise.verify import UncomparableError
 
-    return (RecipeError, MediaError, CheckpointError, PredictionMismatchError)
+    return (
+        RecipeError,
+        MediaError,
+        CheckpointError,
+        PredictionMismatchError,
+        UncomparableError,
+        UsageError,
+        EnvVarError,
+    )
 
 
 def _stage_table(title: str, seconds: dict[str, float]) -> Table:
@@ -94,8 +118,9 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     from prenoise.ref2va.sampler import StepInfo
 
     recipe = recipe_from_args(args)
+    check_request_outputs(args, recipe)
+    out = generate_out_path(args, recipe)
     validate_references(recipe.references)  # bad media fails here, before any model work
-    out = Path(args.out) if args.out else recipe.output_dir / f"{recipe.name}.mp4"
     columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
     with Progress(*columns, console=console, transient=True) as progress:
         stage = progress.add_task("load models", total=None)
@@ -133,6 +158,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     from prenoise.ref2va.verification import verify_recipe
 
     recipe = recipe_from_args(args)
+    check_request_outputs(args, recipe)
     validate_references(recipe.references)
     with console.status("preparing the request with both arms…"):
         pipeline = Ref2VAPipeline(load_models(recipe), device=recipe.device)
@@ -149,6 +175,8 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     console.print(table)
     style = "green" if result.equal else "red"
     console.print(f"[{style}]{result.summary()}[/]")
+    if args.json:
+        console.print(f"wrote the per-field report to [bold]{args.json}[/]", soft_wrap=True)
     return 0 if result.equal else 1
 
 
@@ -179,6 +207,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     from prenoise.ref2va.pipeline import Ref2VAPipeline
 
     recipe = recipe_from_args(args)
+    check_request_outputs(args, recipe)
     validate_references(recipe.references)
     config = BenchConfig(args.pairs, args.warmup, args.full, args.encoder_threads)
     with console.status("loading models…") as status:
@@ -221,9 +250,13 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     media_root = args.media_root.resolve() if args.media_root else None
     if media_root is not None and not media_root.is_dir():
         raise RecipeError(f"--media-root {args.media_root}: not a directory")
+    output_dir = check_output_dir(
+        args.output_dir or recipe.output_dir / "serve",
+        "--output-dir" if args.output_dir else "output_dir",
+    )
     settings = ServeSettings(
         recipe=recipe,
-        output_dir=(args.output_dir or recipe.output_dir / "serve").resolve(),
+        output_dir=output_dir.resolve(),
         media_root=media_root,
         prepare_ahead=args.prepare_ahead,
         limits=ServeLimits(max_upload_bytes=args.max_upload_mb * 2**20),
@@ -254,7 +287,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     demo = sub.add_parser("demo", help="prepare noise during a stand-in encode and verify it")
-    demo.add_argument("--seed", type=int, default=42)
+    demo.add_argument("--seed", type=seed, default=42)
     demo.add_argument("--encode-seconds", type=float, default=0.6)
     demo.set_defaults(func=_cmd_demo)
 
@@ -278,11 +311,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="alternating serial/overlapped pairs, same process")
     add_request_arguments(bench)
-    bench.add_argument("--pairs", type=int, default=5)
-    bench.add_argument("--warmup", type=int, default=2)
+    bench.add_argument("--pairs", type=at_least(1), default=5)
+    bench.add_argument("--warmup", type=at_least(0), default=2)
     bench.add_argument("--full", action="store_true", help="time whole requests, not preparation")
     bench.add_argument(
-        "--encoder-threads", type=int, help="torch intra-op threads for the encoders"
+        "--encoder-threads", type=at_least(1), help="torch intra-op threads for the encoders"
     )
     bench.add_argument("--json", help="write the summary here")
     bench.add_argument("--trace-dir", help="write Chrome traces and a PNG timeline here")
@@ -294,18 +327,18 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="HTTP service: queue Ref2VA requests on one model")
     serve.add_argument("--recipe", required=True, type=Path, help="models + request defaults")
     serve.add_argument("--host", default="127.0.0.1", help="bind address (default: loopback)")
-    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--port", type=port, default=8000)
     serve.add_argument("--media-root", type=Path, help="reference paths must lie inside it")
     serve.add_argument("--output-dir", type=Path, help="default: OUTPUT_DIR/serve")
     serve.add_argument(
         "--prepare-ahead",
-        type=int,
+        type=at_least(0),
         default=1,
         metavar="N",
         help="queued requests prepared (media + noise) during the current denoise",
     )
-    serve.add_argument("--max-upload-mb", type=int, default=64, help="request body limit")
-    serve.add_argument("--log-level", default="info")
+    serve.add_argument("--max-upload-mb", type=at_least(1), default=64, help="request body limit")
+    serve.add_argument("--log-level", type=str.lower, choices=LOG_LEVELS, default="info")
     serve.set_defaults(func=_cmd_serve)
 
     cmp_ = sub.add_parser("compare", help="bitwise-compare two torch.save files")
@@ -322,6 +355,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_vllm_omni_arguments(vllm)
     vllm.set_defaults(func=_cmd_vllm_omni_verify)
+
+    debug_help = f"show tracebacks instead of one-line errors (also: {DEBUG_ENV_VAR}=1)"
+    parser.add_argument("--debug", action="store_true", help=debug_help)
+    for command in sub.choices.values():  # also accepted after the command
+        command.add_argument(
+            "--debug", action="store_true", default=argparse.SUPPRESS, help=debug_help
+        )
     return parser
 
 
@@ -331,18 +371,45 @@ def _world_size() -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the `prenoise` console script; returns the exit status."""
+    """Entry point of the `prenoise` console script; returns the exit status.
+
+    User errors print one line and return 2, Ctrl-C returns 130, SIGTERM/SIGHUP 128 + signum
+    (after the same clean-up as Ctrl-C); `--debug` or `PRENOISE_DEBUG=1` re-raise them instead.
+    """
+    from prenoise import kernel
+    from prenoise.env import env_choice
+    from prenoise.signals import Terminated, install_termination_handlers
+
     args = build_parser().parse_args(argv)
     func = args.func
     if args.command in ("generate", "verify", "bench") and _world_size() > 1:
         from prenoise.distributed.commands import run_distributed
 
         func = run_distributed
+    debug = args.debug
+    # uvicorn handles serve's signals itself (graceful shutdown).
+    restore = (lambda: None) if args.command == "serve" else install_termination_handlers()
     try:
+        debug = debug or env_choice(DEBUG_ENV_VAR, ("0", "1"), "0") == "1"
+        kernel.check_environment()
         return int(func(args))
     except _user_errors() as error:
+        if debug:
+            raise
         console.print(f"[red]error:[/] {error}", soft_wrap=True)
         return 2
+    except KeyboardInterrupt:
+        if debug:
+            raise
+        console.print("[red]interrupted[/]")
+        return 130
+    except Terminated as stop:
+        if debug:
+            raise
+        console.print(f"[red]terminated[/] by {stop.signal_name}")
+        return 128 + stop.signum
+    finally:
+        restore()
 
 
 if __name__ == "__main__":

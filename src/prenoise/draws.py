@@ -24,6 +24,7 @@ import torch
 
 from prenoise import kernel
 from prenoise.layouts import Layout
+from prenoise.seeds import check_seed_range
 
 __all__ = [
     "VECTOR_BLOCK",
@@ -199,6 +200,8 @@ class Stream:
         object.__setattr__(self, "draws", tuple(self.draws))
         if isinstance(self.source, torch.Generator) and self.source.device.type != "cpu":
             raise ValueError(f"stream {self.name!r}: generator must be on the CPU")
+        if not isinstance(self.source, torch.Generator):
+            check_seed_range(self.source)  # refused here, not later in a worker's manual_seed
         names = [d.name for d in self.draws]
         if len(set(names)) != len(names):
             raise ValueError(f"stream {self.name!r}: duplicate draw names {names}")

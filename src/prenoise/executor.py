@@ -234,7 +234,12 @@ class PreparationExecutor:
             try:
                 result = future.result()
             except BaseException as error:
-                _add_note(error, f"prenoise: raised by prepared job {name!r} on a worker thread")
+                # Only the job's own exception came from the worker: a KeyboardInterrupt (or a
+                # signal handler's exception) raised in this thread while it waited did not.
+                if future.done() and not future.cancelled() and future.exception() is error:
+                    _add_note(
+                        error, f"prenoise: raised by prepared job {name!r} on a worker thread"
+                    )
                 raise
             finally:
                 del future

@@ -16,7 +16,8 @@ use runs a self-check of each candidate backend against torch (several sizes wit
 two seeds, multi-threaded splits, an already advanced generator, the keep-prefix path). A
 candidate with any differing bit is never used; when none passes, the process falls back to
 torch, logs one warning on logger ``prenoise.kernel``, and :func:`backend_status` says so.
-``PRENOISE_NOISE_BACKEND=torch`` forces torch; a backend name there allows only that backend.
+``PRENOISE_NOISE_BACKEND=torch`` forces torch; a backend name there allows only that backend;
+``auto`` (or unset) chooses; any other value raises :class:`~prenoise.env.EnvVarError`.
 Anything the kernel does not cover (numel < 16, non-contiguous or non-float32 outputs, non-CPU
 generators, float64, ragged bf16/f16) is delegated to torch, so every function always returns
 exactly torch's result.
@@ -39,10 +40,14 @@ from types import ModuleType
 
 import torch
 
+from prenoise.env import env_choice
+
 __all__ = [
+    "BACKEND_CHOICES",
     "ENV_VAR",
     "BackendStatus",
     "backend_status",
+    "check_environment",
     "empty",
     "fill_normal_",
     "huge_page_status",
@@ -128,8 +133,19 @@ _NAMES = {
 }
 
 
+#: Accepted values of ``PRENOISE_NOISE_BACKEND`` (unset: ``auto``).
+BACKEND_CHOICES = ("auto", "torch", *_NAMES)
+
+
+def check_environment() -> None:
+    """Raise :class:`~prenoise.env.EnvVarError` now if ``PRENOISE_NOISE_BACKEND`` or
+    ``PRENOISE_HUGE_PAGES`` has a value this module does not know (the CLI calls it first)."""
+    env_choice(ENV_VAR, BACKEND_CHOICES, "auto")
+    _huge_pages_allowed()
+
+
 def _choose(corrupt: Callable[[torch.Tensor], None] | None) -> tuple[BackendStatus, int]:
-    wanted = os.environ.get(ENV_VAR, "").strip().lower()
+    wanted = env_choice(ENV_VAR, BACKEND_CHOICES, "auto")
     if wanted == "torch":
         return BackendStatus("torch", False, f"forced by {ENV_VAR}=torch"), -1
     if _ext is None:
@@ -146,7 +162,7 @@ def _choose(corrupt: Callable[[torch.Tensor], None] | None) -> tuple[BackendStat
     if wanted in _NAMES:
         candidates = [n for n in candidates if n == wanted]
     if not candidates:
-        reason = f"no kernel matches torch's {capability} path here (wanted {wanted or 'auto'!r})"
+        reason = f"no kernel matches torch's {capability} path here (wanted {wanted!r})"
         return BackendStatus("torch", False, reason), -1
     failures: list[str] = []
     for name in candidates:
@@ -274,7 +290,7 @@ def empty(size: Sequence[int], dtype: torch.dtype = torch.float32) -> torch.Tens
 
 
 def _huge_pages_allowed() -> bool:
-    return os.environ.get(HUGE_PAGES_ENV_VAR, "1").strip() != "0"
+    return env_choice(HUGE_PAGES_ENV_VAR, ("0", "1"), "1") == "1"
 
 
 def huge_page_status() -> str:

@@ -15,7 +15,7 @@ from prenoise.integrations.vllm_omni.settings import MISMATCH_ENV
 from prenoise.integrations.vllm_omni.standins import StandInHooks
 from prenoise.integrations.vllm_omni.verification import H3Request, run_arm, run_forward
 from prenoise.prediction import PredictionMismatchError
-from prenoise.verify import compare
+from prenoise.verify import compare, nest_dotted
 
 WORKER = "prenoise-vllm-omni"
 
@@ -76,7 +76,7 @@ def test_mismatch_runs_upstream_serial_code(video_ref: Path) -> None:
     request = H3Request((video_ref,), seed=9)
     off = run_arm(request, plugin_on=False, hooks=shape_miss())
     on = run_arm(request, plugin_on=True, hooks=shape_miss())
-    report = compare(off.fields, on.fields)
+    report = compare(nest_dotted(off.fields), nest_dotted(on.fields))
     assert report.equal, report.summary()
     [event] = on.prediction_events
     assert event.name == "visual_condition_noise@9"

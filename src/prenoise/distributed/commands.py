@@ -15,6 +15,7 @@ from types import FrameType
 from rich.console import Console
 from rich.table import Table
 
+from prenoise.cli_args import check_request_outputs
 from prenoise.distributed.bench import run_distributed_bench
 from prenoise.distributed.group import DistContext, env_world_size, init_distributed, shutdown
 from prenoise.distributed.request import ResolvedRequest, broadcast_request
@@ -50,6 +51,7 @@ def _parallel(recipe: Recipe) -> ParallelConfig:
 def run_distributed(args: argparse.Namespace) -> int:
     """Run `args.command` on this rank of a `torchrun` job; see the module docstring."""
     recipe = recipe_from_args(args)
+    check_request_outputs(args, recipe)  # before the process group and the models
     parallel = _parallel(recipe)
     signal.signal(signal.SIGTERM, _terminate)
     ctx = init_distributed(parallel.timeout_s, recipe.device)

@@ -76,11 +76,17 @@ def save_checkpoint(
 
 def read_checkpoint_config(directory: str | os.PathLike[str]) -> dict[str, Any]:
     """The model config stored in a checkpoint directory."""
-    path = Path(directory) / CONFIG_FILE
+    base = Path(directory)
+    if not base.is_dir():
+        what = "a file" if base.exists() else "missing"
+        raise CheckpointError(f"{base}: not a checkpoint directory ({what}; give the directory)")
+    path = base / CONFIG_FILE
     try:
         meta = json.loads(path.read_text())
     except FileNotFoundError:
         raise CheckpointError(f"{path}: no such file (not a checkpoint directory)") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CheckpointError(f"{path}: cannot read ({exc})") from None
     except json.JSONDecodeError as exc:
         raise CheckpointError(f"{path}: not valid JSON ({exc})") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:

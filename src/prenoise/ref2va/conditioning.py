@@ -15,7 +15,7 @@ import torch
 from prenoise.ref2va.audio_vae import latents_to_rows
 from prenoise.ref2va.config import Recipe, ReferenceSpec
 from prenoise.ref2va.geometry import patchify
-from prenoise.ref2va.media import MediaError, VideoInfo, probe_video, read_image
+from prenoise.ref2va.media import MediaError, VideoInfo, probe_video, read_image, require_file
 from prenoise.ref2va.models import Ref2VAModels
 from prenoise.ref2va.references import encode_reference, ensure_reference
 from prenoise.tracing import NULL_TRACER, Category, Tracer
@@ -93,8 +93,8 @@ def validate_references(references: Sequence[ReferenceSpec]) -> list[VideoInfo |
                 raise MediaError(f"{path}: the video has zero frames")
         elif spec.kind == "image":
             read_image(path)
-        elif not path.is_file():
-            raise MediaError(f"{path}: no such file")
+        else:
+            require_file(path)
         headers.append(header)
     return headers
 

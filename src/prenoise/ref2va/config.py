@@ -9,11 +9,13 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from prenoise.devices import check_device
 from prenoise.ref2va import geometry
 from prenoise.ref2va.audio_vae import AudioVAEConfig
 from prenoise.ref2va.text_encoder import TextEncoderConfig
 from prenoise.ref2va.transformer import TransformerConfig
 from prenoise.ref2va.video_vae import VideoVAEConfig
+from prenoise.seeds import check_seed_range
 
 DEFAULT_FRAMES = 124
 """Default Ref2VA length in frames when a recipe gives neither duration nor frames."""
@@ -38,7 +40,7 @@ class ModelConfig(BaseModel):
 class SyntheticSpec(BaseModel):
     """How to create a missing reference file (a moving pattern with a tone)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     seconds: float = Field(default=2.0, gt=0)
     width: int = Field(default=256, ge=32)
@@ -48,7 +50,7 @@ class SyntheticSpec(BaseModel):
 class ReferenceSpec(BaseModel):
     """One reference medium: an image, a video (with its audio track) or an audio clip."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     kind: Literal["image", "video", "audio"]
     path: Path
@@ -71,7 +73,7 @@ class ParallelConfig(BaseModel):
     another rank.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     ranks: int | None = Field(default=None, ge=1)
     text_encoder_tp: int = Field(default=1, ge=1)
@@ -83,7 +85,7 @@ class ParallelConfig(BaseModel):
 class Recipe(BaseModel):
     """One Ref2VA request: prompt, references, length, size, seed, sampling and outputs."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     name: str = "ref2va"
     prompt: str
@@ -121,6 +123,18 @@ class Recipe(BaseModel):
         if not has_wh and self.short_edge is None:
             raise ValueError("give width+height or short_edge")
         geometry.parse_aspect(self.aspect)
+        return self
+
+    @model_validator(mode="after")
+    def _check_run(self) -> Recipe:
+        """What the run would refuse late (after models load) is refused here instead."""
+        check_seed_range(self.seed, self.outputs)  # every output's seed, not just the first
+        check_device(self.device)
+        if self.tau_audio != 1.0:
+            raise ValueError(
+                f"tau_audio must be 1.0 (got {self.tau_audio}): the Ref2VA contract defines no "
+                "noise for audio conditions"
+            )
         return self
 
     def size(self) -> tuple[int, int]:
@@ -177,6 +191,8 @@ def load_recipe(path: str | os.PathLike[str], **overrides: Any) -> Recipe:
         text = p.read_text(encoding="utf-8")
     except OSError as exc:
         raise RecipeError(f"{p}: cannot read recipe ({exc.strerror or exc})") from None
+    except UnicodeDecodeError as exc:
+        raise RecipeError(f"{p}: not a YAML text file (not UTF-8 at byte {exc.start})") from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:

@@ -37,11 +37,22 @@ class VideoInfo:
     """Frames :func:`iter_video_frames` gives at 24 fps: ``ceil(duration * 24)`` (exact)."""
 
 
+def require_file(path: str | os.PathLike[str]) -> Path:
+    """`path` if it is a file; else a :class:`MediaError` saying what it is (missing, a
+    directory, something else)."""
+    p = Path(path)
+    if p.is_file():
+        return p
+    if p.is_dir():
+        raise MediaError(f"{p}: is a directory, not a media file")
+    if p.exists():
+        raise MediaError(f"{p}: not a regular file")
+    raise MediaError(f"{p}: no such file")
+
+
 def _open(path: str | os.PathLike[str]) -> Any:
     """Open a media file for reading, with a one-line :class:`MediaError` on failure."""
-    p = Path(path)
-    if not p.is_file():
-        raise MediaError(f"{p}: no such file")
+    p = require_file(path)
     try:
         return av.open(str(p))
     except (av.FFmpegError, OSError, ValueError) as exc:
@@ -55,9 +66,17 @@ def _frame_to_array(frame: Any, width: int | None, height: int | None) -> np.nda
     scaled_w, scaled_h, left, top = geometry.cover_crop_box(
         frame.width, frame.height, width, height
     )
-    rgb = frame.reformat(
-        width=scaled_w, height=scaled_h, format="rgb24", interpolation="BILINEAR"
-    ).to_ndarray()
+    try:
+        rgb = frame.reformat(
+            width=scaled_w, height=scaled_h, format="rgb24", interpolation="BILINEAR"
+        ).to_ndarray()
+    except av.FFmpegError as exc:
+        # The request's size failed here, not the file: say so (callers blame FFmpegErrors on
+        # the file they decode).
+        raise MediaError(
+            f"cannot scale a {frame.width}x{frame.height} frame to {scaled_w}x{scaled_h} "
+            f"for the requested {width}x{height} output ({exc})"
+        ) from exc
     return np.ascontiguousarray(rgb[top : top + height, left : left + width])
 
 

@@ -10,7 +10,7 @@ import torch
 from prenoise.ref2va.config import Recipe
 from prenoise.ref2va.pipeline import PreparedOutput, Ref2VAPipeline
 from prenoise.rng_guard import snapshot_global_rng
-from prenoise.verify import FieldReport, TensorInfo, compare
+from prenoise.verify import FieldReport, TensorInfo, compare, nest_dotted
 
 __all__ = ["VerifyResult", "prepared_fields", "verify_recipe"]
 
@@ -92,7 +92,7 @@ def verify_recipe(pipeline: Ref2VAPipeline, recipe: Recipe) -> VerifyResult:
     serial, _ = pipeline.prepare_outputs(recipe, "serial", keep_noise=True)
     overlapped, events = pipeline.prepare_outputs(recipe, "overlapped", keep_noise=True)
     rng_unchanged = not before.differences(snapshot_global_rng())
-    report = compare(prepared_fields(serial), prepared_fields(overlapped))
+    report = compare(nest_dotted(prepared_fields(serial)), nest_dotted(prepared_fields(overlapped)))
     return VerifyResult(
         equal=report.equal and rng_unchanged,
         rng_state_unchanged=rng_unchanged,

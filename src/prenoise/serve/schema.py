@@ -20,6 +20,7 @@ from prenoise.ref2va.cli_options import reference_kind
 from prenoise.ref2va.conditioning import validate_references
 from prenoise.ref2va.config import Recipe, ReferenceSpec
 from prenoise.ref2va.media import MediaError
+from prenoise.seeds import SEED_MAX, SEED_MIN
 from prenoise.serve.paths import PathRejected, resolve_media_path
 
 __all__ = [
@@ -75,7 +76,7 @@ class VideoRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     prompt: str | None = Field(default=None, min_length=1, max_length=4000)
-    seed: int | None = Field(default=None, ge=0, le=2**63 - 1)
+    seed: int | None = Field(default=None, ge=SEED_MIN, le=SEED_MAX)  # + outputs: Recipe checks
     duration: float | None = Field(default=None, gt=0)
     frames: int | None = Field(default=None, ge=1)
     width: int | None = Field(default=None, ge=32)

@@ -28,7 +28,7 @@ from prenoise.integrations.vllm_omni import plugin
 from prenoise.integrations.vllm_omni.request import DrawRecord, current_request, observe_draws
 from prenoise.integrations.vllm_omni.standins import StandInHooks, build_pipeline
 from prenoise.rng_guard import snapshot_global_rng
-from prenoise.verify import ComparisonReport, compare
+from prenoise.verify import ComparisonReport, compare, nest_dotted
 
 __all__ = [
     "ArmResult",
@@ -181,7 +181,7 @@ def verify_request(request: H3Request) -> VerifyResult:
     off = run_arm(request, plugin_on=False)
     torch.set_rng_state(state)
     on = run_arm(request, plugin_on=True)
-    report = compare(off.fields, on.fields)
+    report = compare(nest_dotted(off.fields), nest_dotted(on.fields))
     return VerifyResult(report, off, on)
 
 

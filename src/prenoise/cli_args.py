@@ -1,0 +1,129 @@
+"""Checks of `prenoise` command-line values that run before any heavy work.
+
+Argument types make argparse refuse impossible numbers (exit 2 with argparse's usage line);
+output-path checks refuse, up front, a destination the run could only fail to write at its end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from prenoise.seeds import check_seed_range
+
+if TYPE_CHECKING:
+    from prenoise.ref2va.config import Recipe
+
+__all__ = [
+    "LOG_LEVELS",
+    "UsageError",
+    "at_least",
+    "check_output_dir",
+    "check_output_file",
+    "check_request_outputs",
+    "generate_out_path",
+    "port",
+    "seed",
+]
+
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
+"""uvicorn's log levels (`prenoise serve --log-level`)."""
+
+
+class UsageError(ValueError):
+    """A command-line value or output path that cannot work; one line, exit status 2."""
+
+
+def at_least(minimum: int) -> Callable[[str], int]:
+    """An argparse type: an integer ≥ `minimum`."""
+
+    def parse(text: str) -> int:
+        value = _integer(text)
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+        return value
+
+    parse.__name__ = f"integer >= {minimum}"  # argparse names the type in its messages
+    return parse
+
+
+def port(text: str) -> int:
+    """An argparse type: a TCP port, 0 (any free port) … 65535."""
+    value = _integer(text)
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a TCP port 0..65535, got {value}")
+    return value
+
+
+def seed(text: str) -> int:
+    """An argparse type: a seed in the generator's range (`prenoise.seeds`)."""
+    try:
+        return check_seed_range(_integer(text))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _integer(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+
+
+def check_output_file(path: str | os.PathLike[str], option: str) -> Path:
+    """`path` as a Path if a file can be written there (missing parents are creatable).
+
+    Raises :class:`UsageError` naming `option` when it is a directory, or when it or its
+    nearest existing parent is not writable.
+    """
+    p = Path(path)
+    if p.is_dir():
+        raise UsageError(f"{option} {p}: is a directory; give a file path")
+    if p.exists() and not os.access(p, os.W_OK):
+        raise UsageError(f"{option} {p}: not writable")
+    _check_creatable(p.parent, option, p)
+    return p
+
+
+def check_output_dir(path: str | os.PathLike[str], option: str) -> Path:
+    """`path` as a Path if it is (or can be created as) a writable directory; else
+    :class:`UsageError` naming `option`."""
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise UsageError(f"{option} {p}: exists and is not a directory")
+    _check_creatable(p, option, p)
+    return p
+
+
+def _check_creatable(directory: Path, option: str, target: Path) -> None:
+    """`directory` exists and is writable, or its nearest existing ancestor is."""
+    existing = directory
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise UsageError(f"{option} {target}: {existing} is a file, not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UsageError(f"{option} {target}: directory {existing} is not writable")
+
+
+def generate_out_path(args: argparse.Namespace, recipe: Recipe) -> Path:
+    """The first output MP4 of `prenoise generate`: `--out`, else `OUTPUT_DIR/NAME.mp4`."""
+    return Path(args.out) if args.out else recipe.output_dir / f"{recipe.name}.mp4"
+
+
+def check_request_outputs(args: argparse.Namespace, recipe: Recipe) -> None:
+    """Check every path a `generate`/`verify`/`bench` run will write (one process or torchrun):
+    each output MP4 of `generate`, `--json` and `--trace-dir`."""
+    from prenoise.ref2va.pipeline import output_path
+
+    if args.command == "generate":
+        out = generate_out_path(args, recipe)
+        for index in range(recipe.outputs):
+            check_output_file(output_path(out, index), "--out" if args.out else "output_dir")
+    if getattr(args, "json", None):
+        check_output_file(args.json, "--json")
+    if getattr(args, "trace_dir", None):
+        check_output_dir(args.trace_dir, "--trace-dir")

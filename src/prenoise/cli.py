@@ -68,12 +68,13 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
 def _user_errors() -> tuple[type[Exception], ...]:
     """Errors caused by the user's input: reported in one line, exit status 2."""
+    from prenoise.budget import BudgetExceededError
     from prenoise.prediction import PredictionMismatchError
     from prenoise.ref2va.checkpoint import CheckpointError
     from prenoise.ref2va.config import RecipeError
     from prenoise.ref2va.media import MediaError
 
-    return (RecipeError, MediaError, CheckpointError, PredictionMismatchError)
+    return (RecipeError, MediaError, CheckpointError, PredictionMismatchError, BudgetExceededError)
 
 
 def _stage_table(title: str, seconds: dict[str, float]) -> Table:
@@ -89,12 +90,12 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn
 
     from prenoise.ref2va.cli_options import load_models, recipe_from_args
-    from prenoise.ref2va.conditioning import validate_references
     from prenoise.ref2va.pipeline import Ref2VAPipeline
+    from prenoise.ref2va.request_budget import check_request
     from prenoise.ref2va.sampler import StepInfo
 
     recipe = recipe_from_args(args)
-    validate_references(recipe.references)  # bad media fails here, before any model work
+    check_request(recipe)  # too big or bad media fails here, before any model work
     out = Path(args.out) if args.out else recipe.output_dir / f"{recipe.name}.mp4"
     columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
     with Progress(*columns, console=console, transient=True) as progress:
@@ -128,12 +129,12 @@ def _cmd_generate(args: argparse.Namespace) -> int:
 
 def _cmd_verify(args: argparse.Namespace) -> int:
     from prenoise.ref2va.cli_options import load_models, recipe_from_args
-    from prenoise.ref2va.conditioning import validate_references
     from prenoise.ref2va.pipeline import Ref2VAPipeline
+    from prenoise.ref2va.request_budget import check_request
     from prenoise.ref2va.verification import verify_recipe
 
     recipe = recipe_from_args(args)
-    validate_references(recipe.references)
+    check_request(recipe)
     with console.status("preparing the request with both arms…"):
         pipeline = Ref2VAPipeline(load_models(recipe), device=recipe.device)
         result = verify_recipe(pipeline, recipe)
@@ -175,11 +176,11 @@ def _bench_table(summary: dict[str, object]) -> Table:
 def _cmd_bench(args: argparse.Namespace) -> int:
     from prenoise.ref2va.bench import BenchConfig, run_bench
     from prenoise.ref2va.cli_options import load_models, recipe_from_args
-    from prenoise.ref2va.conditioning import validate_references
     from prenoise.ref2va.pipeline import Ref2VAPipeline
+    from prenoise.ref2va.request_budget import check_request
 
     recipe = recipe_from_args(args)
-    validate_references(recipe.references)
+    check_request(recipe)
     config = BenchConfig(args.pairs, args.warmup, args.full, args.encoder_threads)
     with console.status("loading models…") as status:
         pipeline = Ref2VAPipeline(load_models(recipe), device=recipe.device)
@@ -215,9 +216,10 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     except ImportError as exc:
         console.print(f"[red]error:[/] {exc.name} is missing: pip install 'prenoise[serve]'")
         return 2
+    from prenoise.ref2va.cli_options import with_limit_overrides
     from prenoise.ref2va.config import RecipeError, load_recipe
 
-    recipe = load_recipe(args.recipe)
+    recipe = with_limit_overrides(load_recipe(args.recipe), args)
     media_root = args.media_root.resolve() if args.media_root else None
     if media_root is not None and not media_root.is_dir():
         raise RecipeError(f"--media-root {args.media_root}: not a directory")
@@ -253,6 +255,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(func=_cmd_demo)
 
     from prenoise.ref2va.cli_options import add_request_arguments
+    from prenoise.ref2va.limits import add_limit_arguments
 
     gen = sub.add_parser("generate", help="run a Ref2VA request and write MP4(s)")
     add_request_arguments(gen)
@@ -300,6 +303,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--max-upload-mb", type=int, default=64, help="request body limit")
     serve.add_argument("--log-level", default="info")
+    add_limit_arguments(serve)
     serve.set_defaults(func=_cmd_serve)
 
     cmp_ = sub.add_parser("compare", help="bitwise-compare two torch.save files")

@@ -21,8 +21,9 @@ errors as `error` in `prenoise_requests_total`.
 from __future__ import annotations
 
 import json
+import logging
 import shutil
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from prenoise.ref2va.pipeline import Ref2VAPipeline
 from prenoise.serve.jobs import TERMINAL, JobState
@@ -42,7 +44,9 @@ from prenoise.serve.schema import RequestRejected, build_recipe, parse_request
 from prenoise.serve.service import ServeSettings, Service
 from prenoise.serve.uploads import BodySizeLimit, BodyTooLarge, save_uploads
 
-__all__ = ["create_app"]
+__all__ = ["InternalErrors", "create_app"]
+
+logger = logging.getLogger("prenoise.serve")
 
 
 def _error(
@@ -55,6 +59,35 @@ def _error(
     return JSONResponse(
         {"error": message, "field": field, **extra}, status_code=status, headers=headers
     )
+
+
+class InternalErrors:
+    """ASGI middleware: an unhandled exception is logged, counted (`on_error`) and answered with
+    the documented 500 body; the connection stays usable (Starlette's default drops it)."""
+
+    def __init__(self, app: ASGIApp, on_error: Callable[[], None]) -> None:
+        self.app = app
+        self.on_error = on_error
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracking_send)
+        except Exception:
+            logger.exception("internal error answering %s %s", scope["method"], scope["path"])
+            self.on_error()
+            if started:  # too late for a body of our own
+                raise
+            await _error(500, "internal error (see the service log)")(scope, receive, send)
 
 
 def create_app(settings: ServeSettings, pipeline: Ref2VAPipeline | None = None) -> FastAPI:
@@ -76,6 +109,7 @@ def create_app(settings: ServeSettings, pipeline: Ref2VAPipeline | None = None) 
     app.add_middleware(
         BodySizeLimit, max_bytes=settings.limits.max_upload_bytes, on_reject=service.reject
     )
+    app.add_middleware(InternalErrors, on_error=service.internal_error)
 
     @app.exception_handler(HTTPException)
     async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:
@@ -91,12 +125,6 @@ def create_app(settings: ServeSettings, pipeline: Ref2VAPipeline | None = None) 
         if request.method == "POST":
             service.reject()
         return _error(422, f"{field}: {err['msg']}" if field else str(err["msg"]), field)
-
-    @app.exception_handler(Exception)
-    async def _internal_error(_request: Request, exc: Exception) -> JSONResponse:
-        # Runs in Starlette's outermost middleware, which logs `exc` after this response.
-        service.internal_error()
-        return _error(500, "internal error (see the service log)")
 
     @app.exception_handler(BodyTooLarge)
     async def _too_large(_request: Request, exc: BodyTooLarge) -> JSONResponse:

@@ -49,30 +49,28 @@ _FLAGS: dict[str, tuple[str, Any, str]] = {
     "max_reference_frames": (
         "--max-reference-frames",
         int,
-        "cap on frames of one video reference at 24 fps, and on its audio (N/24 s) "
-        "(default 2880 = 2 min)",
+        "cap on frames of one video reference at 24 fps, and on its audio (N/24 s)",
     ),
     "max_decoded_frames": (
         "--max-decoded-frames",
         int,
-        "cap on frames decoded from one video at its own rate (default 28800)",
+        "cap on frames decoded from one video at its own rate",
     ),
     "max_frame_pixels": (
         "--max-frame-pixels",
         int,
-        "cap on width x height of one decoded frame or image, checked from the header first "
-        "(default 33554432: 8K UHD fits)",
+        "cap on width x height of one decoded frame or image, checked from the header first",
     ),
     "max_reference_pixels": (
         "--max-reference-pixels",
         int,
-        "cap on pixels decoded from one reference, all frames together (default 34359738368)",
+        "cap on pixels decoded from one reference, all frames together",
     ),
     "memory_budget": (
         "--memory-budget",
         str,
-        "bytes one request may allocate, e.g. 8GiB (default: the memory available when the "
-        "request is checked); bigger requests are refused before any model loads",
+        "bytes one request may allocate, e.g. 8GiB; bigger requests are refused before any "
+        "model loads",
     ),
 }
 
@@ -86,8 +84,14 @@ def add_limit_arguments(parser: argparse.ArgumentParser) -> None:
     """The `--max-reference-*` and `--memory-budget` options (they override the recipe's)."""
     group = parser.add_argument_group("limits (override the recipe's `limits:`)")
     for key, (flag, kind, help_text) in _FLAGS.items():
+        default = Limits.model_fields[key].default
+        shown = "the memory available at the check" if default is None else f"{default:,}"
         group.add_argument(
-            flag, dest=key, type=kind, metavar="N" if kind is int else "SIZE", help=help_text
+            flag,
+            dest=key,
+            type=kind,
+            metavar="N" if kind is int else "SIZE",
+            help=f"{help_text} (default: {shown})",
         )
 
 

@@ -79,7 +79,7 @@ def _open(path: str | os.PathLike[str], limits: Limits | None = None) -> Any:
     """
     p = Path(path)
     if not p.is_file():
-        raise MediaError(f"{p}: no such file" if not p.is_dir() else f"{p}: is a directory")
+        raise MediaError(f"{p}: no such file")
     try:
         return av.open(str(p), options=decoder_options(limits))
     except (av.FFmpegError, OSError, ValueError) as exc:

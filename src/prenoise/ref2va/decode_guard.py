@@ -45,14 +45,15 @@ class DecodeGuard:
         self.emitted_frames = 0
         self.pixels = 0
 
-    def _refuse(self, what: str, key: str, fix: str) -> MediaError:
+    def refuse(self, what: str, key: str, fix: str) -> MediaError:
+        """The one-line error for `what` passing cap `key`, with how to fix it."""
         cap = describe_cap(key, getattr(self.limits, key))
         return MediaError(f"{self.path}: {what}, above the cap {cap}; {fix}")
 
     def check_size(self, width: int, height: int, what: str = "frames") -> None:
         """Refuse a frame or image size (from a header or a frame) above `max_frame_pixels`."""
         if width * height > self.limits.max_frame_pixels:
-            raise self._refuse(
+            raise self.refuse(
                 f"{what} of {width}x{height} ({width * height} pixels)",
                 "max_frame_pixels",
                 "use a smaller reference or raise the cap",
@@ -63,7 +64,7 @@ class DecodeGuard:
         raise_if_cancelled(self.cancel, f"decoding {self.path}")
         self.decoded_frames += 1
         if self.decoded_frames > self.limits.max_decoded_frames:
-            raise self._refuse(
+            raise self.refuse(
                 f"more than {self.limits.max_decoded_frames} decoded frames",
                 "max_decoded_frames",
                 "trim the reference, set its max_seconds, or raise the cap",
@@ -71,7 +72,7 @@ class DecodeGuard:
         self.check_size(int(frame.width), int(frame.height))
         self.pixels += int(frame.width) * int(frame.height)
         if self.pixels > self.limits.max_reference_pixels:
-            raise self._refuse(
+            raise self.refuse(
                 f"more than {self.limits.max_reference_pixels} decoded pixels",
                 "max_reference_pixels",
                 "use a shorter or smaller reference, set its max_seconds, or raise the cap",
@@ -82,7 +83,7 @@ class DecodeGuard:
         raise_if_cancelled(self.cancel, f"decoding {self.path}")
         self.emitted_frames += 1
         if self.emitted_frames > self.limits.max_reference_frames:
-            raise self._refuse(
+            raise self.refuse(
                 f"more than {self.limits.max_reference_frames} frames at {FPS} fps",
                 "max_reference_frames",
                 "trim the reference, set its max_seconds, or raise the cap",
@@ -91,7 +92,7 @@ class DecodeGuard:
     def check_audio_seconds(self, seconds: float) -> None:
         """Refuse an audio duration read from a header above `max_audio_seconds`."""
         if seconds > self.limits.max_audio_seconds:
-            raise self._refuse(
+            raise self.refuse(
                 f"{seconds:.1f} s of audio (from its header)",
                 "max_reference_frames",
                 "trim the reference, set its max_seconds, or raise the cap",
@@ -102,7 +103,7 @@ class DecodeGuard:
         raise_if_cancelled(self.cancel, f"decoding {self.path}")
         seconds = self.limits.max_audio_seconds
         if samples > math.ceil(seconds * sample_rate):
-            raise self._refuse(
+            raise self.refuse(
                 f"more than {seconds:g} s of audio",
                 "max_reference_frames",
                 "trim the reference, set its max_seconds, or raise the cap",
@@ -114,7 +115,7 @@ def decoder_options(limits: Limits | None) -> dict[str, str]:
     return {"max_pixels": str((limits or Limits()).max_frame_pixels)}
 
 
-def bounded_stream(container: Any, stream: Any, guard: DecodeGuard, what: str) -> Any:
+def bounded_stream(stream: Any, guard: DecodeGuard, what: str) -> Any:
     """`stream` with its header size checked and its decoder capped at `max_frame_pixels`."""
     width, height = int(stream.codec_context.width), int(stream.codec_context.height)
     if width and height:
@@ -142,7 +143,7 @@ def check_image_header(path: Path, guard: DecodeGuard) -> bool:
             # Pillow refuses, without saying the size, images above 2 * MAX_IMAGE_PIXELS.
             bound = 2 * int(Image.MAX_IMAGE_PIXELS or 0)
             if bound >= guard.limits.max_frame_pixels:
-                raise guard._refuse(
+                raise guard.refuse(
                     f"an image of more than {bound} pixels",
                     "max_frame_pixels",
                     "use a smaller reference or raise the cap",

@@ -115,7 +115,7 @@ def read_image(
     with _open(path, guard.limits) as container:
         if not container.streams.video:
             raise MediaError(f"{path}: no image stream")
-        stream = bounded_stream(container, container.streams.video[0], guard, "an image")
+        stream = bounded_stream(container.streams.video[0], guard, "an image")
         try:
             for frame in container.decode(stream):
                 guard.decoded(frame)
@@ -149,7 +149,7 @@ def probe_video(path: str | os.PathLike[str], limits: Limits | None = None) -> V
     with _open(path, guard.limits) as container:
         if not container.streams.video:
             raise MediaError(f"{path}: video has no frames (no video stream)")
-        stream = bounded_stream(container, container.streams.video[0], guard, "frames")
+        stream = bounded_stream(container.streams.video[0], guard, "frames")
         if stream.duration is not None and stream.time_base is not None:
             duration = Fraction(stream.duration) * Fraction(stream.time_base)
         elif container.duration is not None:
@@ -201,7 +201,7 @@ def iter_video_frames(
     with _open(path, guard.limits) as container:
         if not container.streams.video:
             raise MediaError(f"{path}: video has no frames (no video stream)")
-        stream = bounded_stream(container, container.streams.video[0], guard, "frames")
+        stream = bounded_stream(container.streams.video[0], guard, "frames")
         stream.thread_type = "AUTO"
         rate = stream.average_rate
         step = Fraction(1, fps)

@@ -385,7 +385,7 @@ def fill_normal_(
         return out.normal_(generator=generator)
     flat = out.view(-1)
     fill = _fill_backend if out.dtype == torch.float32 else _torch_fill
-    if chunk_elems is None:
+    if not chunk_elems:
         chunk_elems = CANCEL_CHUNK_ELEMS if cancel is not None else n + (-n % VECTOR_BLOCK)
     for start, stop in chunk_bounds(n, chunk_elems):
         raise_if_cancelled(cancel, "noise fill")

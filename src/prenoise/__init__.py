@@ -8,10 +8,14 @@ Core (no pipeline, CLI or integration imports here):
 - `prenoise.mixing`: `mix_condition`/`mix_conditions` — exact `tau·clean + (1 − tau)·noise`.
 - `prenoise.verify`: `compare` — field-by-field bitwise comparison.
 - `prenoise.rng_guard`: `global_rng_guard` — proof that the global RNG was not touched.
+- `prenoise.budget`: `BudgetExceededError`, `available_memory_bytes` — memory budgets.
+- `prenoise.cancel`: `Cancelled` — cancel points in draws and preparation.
 - `prenoise.kernel`: `randn`, `fill_normal_`, `randn_keep_prefix` — a compiled CPU normal kernel
   bit-identical to torch (self-checked per process; `PRENOISE_NOISE_BACKEND=torch` forces torch).
 """
 
+from prenoise.budget import BudgetExceededError, available_memory_bytes
+from prenoise.cancel import Cancelled
 from prenoise.draws import (
     Draw,
     HalfDrawRule,
@@ -35,6 +39,8 @@ from prenoise.verify import ComparisonReport, compare
 __version__ = "0.1.0"
 
 __all__ = [
+    "BudgetExceededError",
+    "Cancelled",
     "ComparisonReport",
     "Draw",
     "GlobalRNGChangedError",
@@ -50,6 +56,7 @@ __all__ = [
     "ScalarPathError",
     "Stream",
     "Tracer",
+    "available_memory_bytes",
     "backend_status",
     "compare",
     "fill_normal_",

@@ -82,6 +82,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
 def _user_errors() -> tuple[type[Exception], ...]:
     """Errors caused by the user's input: reported in one line, exit status 2."""
+    from prenoise.budget import BudgetExceededError
     from prenoise.env import EnvVarError
     from prenoise.prediction import PredictionMismatchError
     from prenoise.ref2va.checkpoint import CheckpointError
@@ -97,6 +98,7 @@ def _user_errors() -> tuple[type[Exception], ...]:
         UncomparableError,
         UsageError,
         EnvVarError,
+        BudgetExceededError,
     )
 
 
@@ -113,14 +115,14 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn
 
     from prenoise.ref2va.cli_options import load_models, recipe_from_args
-    from prenoise.ref2va.conditioning import validate_references
     from prenoise.ref2va.pipeline import Ref2VAPipeline
+    from prenoise.ref2va.request_budget import check_request
     from prenoise.ref2va.sampler import StepInfo
 
     recipe = recipe_from_args(args)
     check_request_outputs(args, recipe)
     out = generate_out_path(args, recipe)
-    validate_references(recipe.references)  # bad media fails here, before any model work
+    check_request(recipe)  # too big or bad media fails here, before any model work
     columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
     with Progress(*columns, console=console, transient=True) as progress:
         stage = progress.add_task("load models", total=None)
@@ -153,13 +155,13 @@ def _cmd_generate(args: argparse.Namespace) -> int:
 
 def _cmd_verify(args: argparse.Namespace) -> int:
     from prenoise.ref2va.cli_options import load_models, recipe_from_args
-    from prenoise.ref2va.conditioning import validate_references
     from prenoise.ref2va.pipeline import Ref2VAPipeline
+    from prenoise.ref2va.request_budget import check_request
     from prenoise.ref2va.verification import verify_recipe
 
     recipe = recipe_from_args(args)
     check_request_outputs(args, recipe)
-    validate_references(recipe.references)
+    check_request(recipe)
     with console.status("preparing the request with both arms…"):
         pipeline = Ref2VAPipeline(load_models(recipe), device=recipe.device)
         result = verify_recipe(pipeline, recipe)
@@ -203,12 +205,12 @@ def _bench_table(summary: dict[str, object]) -> Table:
 def _cmd_bench(args: argparse.Namespace) -> int:
     from prenoise.ref2va.bench import BenchConfig, run_bench
     from prenoise.ref2va.cli_options import load_models, recipe_from_args
-    from prenoise.ref2va.conditioning import validate_references
     from prenoise.ref2va.pipeline import Ref2VAPipeline
+    from prenoise.ref2va.request_budget import check_request
 
     recipe = recipe_from_args(args)
     check_request_outputs(args, recipe)
-    validate_references(recipe.references)
+    check_request(recipe)
     config = BenchConfig(args.pairs, args.warmup, args.full, args.encoder_threads)
     with console.status("loading models…") as status:
         pipeline = Ref2VAPipeline(load_models(recipe), device=recipe.device)
@@ -244,9 +246,10 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     except ImportError as exc:
         console.print(f"[red]error:[/] {exc.name} is missing: pip install 'prenoise[serve]'")
         return 2
+    from prenoise.ref2va.cli_options import with_limit_overrides
     from prenoise.ref2va.config import RecipeError, load_recipe
 
-    recipe = load_recipe(args.recipe)
+    recipe = with_limit_overrides(load_recipe(args.recipe), args)
     media_root = args.media_root.resolve() if args.media_root else None
     if media_root is not None and not media_root.is_dir():
         raise RecipeError(f"--media-root {args.media_root}: not a directory")
@@ -292,6 +295,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(func=_cmd_demo)
 
     from prenoise.ref2va.cli_options import add_request_arguments
+    from prenoise.ref2va.limits import add_limit_arguments
 
     gen = sub.add_parser("generate", help="run a Ref2VA request and write MP4(s)")
     add_request_arguments(gen)
@@ -339,6 +343,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--max-upload-mb", type=at_least(1), default=64, help="request body limit")
     serve.add_argument("--log-level", type=str.lower, choices=LOG_LEVELS, default="info")
+    add_limit_arguments(serve)
     serve.set_defaults(func=_cmd_serve)
 
     cmp_ = sub.add_parser("compare", help="bitwise-compare two torch.save files")

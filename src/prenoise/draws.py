@@ -11,6 +11,12 @@ filling a buffer allocated off the critical path (or reused) keeps that cost whe
 Filling contiguous flat chunks of one buffer with `normal_` reproduces a one-shot draw exactly when
 every chunk but the last is a multiple of 16 elements and the last has at least 16
 (`../shared/notes/torch-cpu-rng.md`, "Chunking").
+
+Bounds: a draw whose buffer (what the serial code allocates) cannot fit the memory available is
+refused before anything is allocated (`BudgetExceededError`), and a `NoisePlan` can be given a
+byte budget (`max_bytes`). Runs given a `cancel` event fill in chunks of `CANCEL_CHUNK_ELEMS`
+and stop between chunks once it is set (`prenoise.cancel.Cancelled`); the values of a run that
+completes are the same bits either way.
 """
 
 from __future__ import annotations
@@ -23,10 +29,13 @@ from dataclasses import dataclass, field
 import torch
 
 from prenoise import kernel
+from prenoise.budget import BudgetExceededError, format_bytes, require_fits
+from prenoise.cancel import CancelEvent, raise_if_cancelled
 from prenoise.layouts import Layout
 from prenoise.seeds import check_seed_range
 
 __all__ = [
+    "CANCEL_CHUNK_ELEMS",
     "VECTOR_BLOCK",
     "Draw",
     "HalfDrawRule",
@@ -43,6 +52,12 @@ __all__ = [
 
 VECTOR_BLOCK = 16
 """torch's CPU normal kernel works on blocks of 16; below this it takes the stateful scalar path."""
+
+CANCEL_CHUNK_ELEMS = 1 << 22
+"""Elements per chunk (16 MiB of float32, a few ms) of a fill that polls a cancel event."""
+
+_CHECK_MIN_BYTES = 64 << 20
+"""Draws allocating less than this skip the available-memory check (it costs a syscall)."""
 
 _HALF_DTYPES = (torch.float16, torch.bfloat16)
 _FLOAT_DTYPES = (torch.float32, torch.float64, *_HALF_DTYPES)
@@ -150,6 +165,24 @@ class Draw:
         return math.prod(self.output_shape) * _itemsize(self.dtype)
 
     @property
+    def buffer_nbytes(self) -> int:
+        """Bytes of the full draw, as the serial code allocates it (before keep and layout)."""
+        return self.numel * _itemsize(self.draw_dtype)
+
+    @property
+    def peak_nbytes(self) -> int:
+        """Bytes `run_draw` may hold at once: the full buffer plus the result, when separate.
+
+        An upper bound: the keep-prefix path allocates only the kept values.
+        """
+        returns_buffer = self.keep is None and self.layout is None and not self._casts
+        return self.buffer_nbytes + (0 if returns_buffer else self.output_nbytes)
+
+    @property
+    def _casts(self) -> bool:
+        return self.draw_dtype != self.dtype
+
+    @property
     def takes_scalar_path(self) -> bool:
         """True when torch would draw this with its stateful scalar path (numel < 16)."""
         return self.numel < VECTOR_BLOCK
@@ -223,6 +256,13 @@ class Stream:
         return sum(d.output_nbytes for d in self.draws)
 
     @property
+    def peak_nbytes(self) -> int:
+        """Bytes a run may hold at once: every returned tensor plus the largest draw buffer."""
+        return self.output_nbytes + max(
+            (d.peak_nbytes - d.output_nbytes for d in self.draws), default=0
+        )
+
+    @property
     def generator_words(self) -> int | None:
         """32-bit generator words the stream consumes (None if it has a scalar-path draw)."""
         words = [d.generator_words for d in self.draws]
@@ -233,11 +273,13 @@ class Stream:
 class NoisePlan:
     """A set of independent streams (never two streams on one generator object).
 
-    Construction refuses draws that would take torch's scalar path unless `allow_scalar_path`.
+    Construction refuses draws that would take torch's scalar path unless `allow_scalar_path`,
+    and, with `max_bytes`, a plan whose `peak_nbytes` exceeds it (`BudgetExceededError`).
     """
 
     streams: tuple[Stream, ...]
     allow_scalar_path: bool = False
+    max_bytes: int | None = None
     _draw_names: tuple[str, ...] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -260,6 +302,13 @@ class NoisePlan:
                             f"(< {VECTOR_BLOCK}): torch draws it on its stateful scalar path; "
                             "pass allow_scalar_path=True to accept that"
                         )
+        if self.max_bytes is not None and self.peak_nbytes > self.max_bytes:
+            largest = max((d for s in self.streams for d in s.draws), key=lambda d: d.peak_nbytes)
+            raise BudgetExceededError(
+                f"noise plan needs {format_bytes(self.peak_nbytes)}, more than its max_bytes "
+                f"{format_bytes(self.max_bytes)} (largest draw {largest.name!r}, shape "
+                f"{largest.shape}); draw smaller shapes or raise max_bytes"
+            )
         object.__setattr__(self, "_draw_names", tuple(names))
 
     @property
@@ -276,6 +325,13 @@ class NoisePlan:
     def output_nbytes(self) -> int:
         """Bytes of all returned tensors."""
         return sum(s.output_nbytes for s in self.streams)
+
+    @property
+    def peak_nbytes(self) -> int:
+        """Bytes `run_plan` may hold at once: every result plus the largest draw buffer."""
+        return self.output_nbytes + max(
+            (s.peak_nbytes - s.output_nbytes for s in self.streams), default=0
+        )
 
     @property
     def generator_words(self) -> dict[str, int | None]:
@@ -308,11 +364,14 @@ def fill_normal_(
     *,
     chunk_elems: int | None = None,
     allow_scalar_path: bool = False,
+    cancel: CancelEvent | None = None,
 ) -> torch.Tensor:
     """Fill `out` in place; bitwise equal to `out.normal_(generator=generator)`, state included.
 
     `out` must be a contiguous CPU tensor. With `chunk_elems`, flat chunks are filled one after
     another (see `chunk_bounds`); values and the final generator state are identical to one fill.
+    With `cancel`, chunks default to `CANCEL_CHUNK_ELEMS` and `Cancelled` is raised before the
+    first chunk that starts after it is set (`out` and the generator are then partly advanced).
     Refuses (ScalarPathError) outputs that torch would fill on its scalar path, unless allowed.
     """
     if out.device.type != "cpu":
@@ -329,7 +388,10 @@ def fill_normal_(
         return out.normal_(generator=generator)
     flat = out.view(-1)
     fill = _fill_backend if out.dtype == torch.float32 else _torch_fill
-    for start, stop in chunk_bounds(n, chunk_elems or n + (-n % VECTOR_BLOCK)):
+    if not chunk_elems:
+        chunk_elems = CANCEL_CHUNK_ELEMS if cancel is not None else n + (-n % VECTOR_BLOCK)
+    for start, stop in chunk_bounds(n, chunk_elems):
+        raise_if_cancelled(cancel, "noise fill")
         fill(flat[start:stop], generator)
     return out
 
@@ -341,6 +403,7 @@ def run_draw(
     out: torch.Tensor | None = None,
     chunk_elems: int | None = None,
     allow_scalar_path: bool = False,
+    cancel: CancelEvent | None = None,
 ) -> torch.Tensor:
     """Run one draw on `generator` (advanced in place) and return its result.
 
@@ -348,7 +411,18 @@ def run_draw(
     generator=generator)`, then the keep slice, then the layout — and leaves `generator` in the
     same state. `out` is an optional preallocated buffer of `draw.shape` and `draw.draw_dtype`.
     The result is contiguous; it is `out` itself when there is no keep, cast or layout.
+
+    Refuses, before allocating, a draw whose `peak_nbytes` exceed the memory available now
+    (`BudgetExceededError`): its serial code could not run either. With `cancel`, the fill stops
+    between chunks once the event is set (`Cancelled`; see `fill_normal_`).
     """
+    raise_if_cancelled(cancel, f"draw {draw.name!r}")
+    if draw.peak_nbytes >= _CHECK_MIN_BYTES:
+        require_fits(
+            draw.peak_nbytes - (0 if out is None else draw.buffer_nbytes),
+            f"draw {draw.name!r} of shape {draw.shape}",
+            fix="draw a smaller shape",
+        )
     if draw.native_half:
         if out is not None:
             raise ValueError(f"draw {draw.name!r}: a native half draw cannot fill a buffer")
@@ -363,6 +437,7 @@ def run_draw(
     ):
         # Dependent noise: transform only the kept values, skip the rest of the stream.
         kept = kernel.randn_keep_prefix(draw.shape, draw.keep, generator=generator)
+        raise_if_cancelled(cancel, f"draw {draw.name!r}")
         return _finish(draw, kept)
     else:
         if out is None:
@@ -373,7 +448,11 @@ def run_draw(
                 f"expected {draw.shape} {draw.draw_dtype}"
             )
         full = fill_normal_(
-            out, generator, chunk_elems=chunk_elems, allow_scalar_path=allow_scalar_path
+            out,
+            generator,
+            chunk_elems=chunk_elems,
+            allow_scalar_path=allow_scalar_path,
+            cancel=cancel,
         )
     kept = full
     if draw.keep is not None:
@@ -391,21 +470,38 @@ def _finish(draw: Draw, kept: torch.Tensor) -> torch.Tensor:
 
 
 def run_stream(
-    stream: Stream, *, chunk_elems: int | None = None, allow_scalar_path: bool = False
+    stream: Stream,
+    *,
+    chunk_elems: int | None = None,
+    allow_scalar_path: bool = False,
+    cancel: CancelEvent | None = None,
 ) -> dict[str, torch.Tensor]:
     """Run a stream's draws in order on its generator; returns `{draw name: tensor}`."""
     generator = stream.generator()
     return {
-        d.name: run_draw(d, generator, chunk_elems=chunk_elems, allow_scalar_path=allow_scalar_path)
+        d.name: run_draw(
+            d,
+            generator,
+            chunk_elems=chunk_elems,
+            allow_scalar_path=allow_scalar_path,
+            cancel=cancel,
+        )
         for d in stream.draws
     }
 
 
-def run_plan(plan: NoisePlan, *, chunk_elems: int | None = None) -> dict[str, torch.Tensor]:
+def run_plan(
+    plan: NoisePlan, *, chunk_elems: int | None = None, cancel: CancelEvent | None = None
+) -> dict[str, torch.Tensor]:
     """Run every stream of `plan` serially on this thread; returns `{draw name: tensor}`."""
     results: dict[str, torch.Tensor] = {}
     for stream in plan.streams:
         results.update(
-            run_stream(stream, chunk_elems=chunk_elems, allow_scalar_path=plan.allow_scalar_path)
+            run_stream(
+                stream,
+                chunk_elems=chunk_elems,
+                allow_scalar_path=plan.allow_scalar_path,
+                cancel=cancel,
+            )
         )
     return results

@@ -16,7 +16,9 @@ Guarantees:
   traceback), hands it to the caller and keeps no reference: a second `take` is an error.
 - If the body raises, pending work is cancelled, running work is joined and the ORIGINAL
   exception propagates; errors of cancelled or joined work never mask it.
-- On exit no worker thread is left and untaken results are released.
+- On exit no worker thread is left and untaken results are released. Running work that polls
+  `cancel_event` (e.g. `run_stream(..., cancel=prep.cancel_event)`) stops at its next cancel
+  point, so an exit (an exception, Ctrl-C, SIGTERM) does not wait for a whole draw.
 - Prepared work tied to a predicted key is only handed out after the actual key is confirmed
   (see `prenoise.prediction`).
 """
@@ -35,6 +37,7 @@ from typing import Any, Generic, TypeVar
 
 import torch
 
+from prenoise.cancel import CancelEvent, any_of
 from prenoise.prediction import MismatchPolicy, PredictionEvent, PredictionMismatchError
 from prenoise.rng_guard import GlobalRNGChangedError, RNGSnapshot, snapshot_global_rng
 from prenoise.tracing import NULL_TRACER, Category, Tracer
@@ -75,6 +78,7 @@ class PreparationExecutor:
     `workers` lanes (default 1), each a single thread. `tracer` records a span per job and per
     wait. `check_global_rng` (default: env `PRENOISE_DEBUG_RNG=1`) raises
     `GlobalRNGChangedError` at a normal exit if the global RNG state changed inside the context.
+    `cancel` (an event) is folded into `cancel_event`, which is also set when the context exits.
     """
 
     def __init__(
@@ -84,6 +88,7 @@ class PreparationExecutor:
         name: str = "prenoise-prep",
         tracer: Tracer | None = None,
         check_global_rng: bool | None = None,
+        cancel: CancelEvent | None = None,
     ) -> None:
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
@@ -107,6 +112,14 @@ class PreparationExecutor:
         self._rng_before: RNGSnapshot | None = None
         self._open = False
         self._lock = threading.Lock()
+        self._exiting = threading.Event()
+        self._cancel_event = any_of(self._exiting, cancel)
+
+    @property
+    def cancel_event(self) -> CancelEvent:
+        """Set once the context exits (or the constructor's `cancel` is set): pass it to work."""
+        assert self._cancel_event is not None
+        return self._cancel_event
 
     # -- context -----------------------------------------------------------------------------
     def __enter__(self) -> PreparationExecutor:
@@ -141,6 +154,7 @@ class PreparationExecutor:
     def _shutdown(self) -> list[str]:
         """Cancel pending jobs, join running ones, drop every result; returns cancelled names."""
         self._open = False
+        self._exiting.set()  # running work that polls `cancel_event` stops at its next point
         with self._lock:
             jobs, self._jobs = list(self._jobs.values()), {}
         cancelled = [job.name for job in jobs if job.future.cancel()]

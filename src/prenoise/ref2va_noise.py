@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
+from prenoise.cancel import CancelEvent
 from prenoise.draws import Draw, Stream, run_stream
 from prenoise.layouts import Patchify
 
@@ -72,13 +73,16 @@ def condition_streams(
 
 
 def draw_condition_noise(
-    seed: int, latent_t: int, condition_shapes: Sequence[LatentShape]
+    seed: int,
+    latent_t: int,
+    condition_shapes: Sequence[LatentShape],
+    cancel: CancelEvent | None = None,
 ) -> torch.Tensor | None:
     """Draw every visual condition's noise and concatenate the rows (None without conditions)."""
     parts = [
         tensor
         for stream in condition_streams(seed, latent_t, condition_shapes)
-        for tensor in run_stream(stream).values()
+        for tensor in run_stream(stream, cancel=cancel).values()
     ]
     if not parts:
         return None

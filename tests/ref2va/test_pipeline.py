@@ -139,8 +139,8 @@ def test_consumed_host_noise_is_released_before_denoising(
 ) -> None:
     drawn: dict[str, weakref.ref[torch.Tensor]] = {}
 
-    def recording_run_stream(stream: Any) -> dict[str, torch.Tensor]:
-        out = run_stream(stream)
+    def recording_run_stream(stream: Any, **kwargs: Any) -> dict[str, torch.Tensor]:
+        out = run_stream(stream, **kwargs)
         drawn.update({name: weakref.ref(t) for name, t in out.items()})
         return out
 
@@ -189,14 +189,15 @@ def test_encoder_failure_cancels_pending_joins_running_and_reraises(
     finished: list[str] = []
     ran: list[str] = []
 
-    def blocking_run_stream(stream: Any) -> dict[str, torch.Tensor]:
+    def blocking_run_stream(stream: Any, **kwargs: Any) -> dict[str, torch.Tensor]:
         ran.append(stream.name)
-        if len(ran) == 1:
-            started.set()
-            failing.wait(timeout=10)  # still running when the encoder fails
-        out = run_stream(stream)
-        finished.append(stream.name)
-        return out
+        try:
+            if len(ran) == 1:
+                started.set()
+                failing.wait(timeout=10)  # still running when the encoder fails
+            return run_stream(stream, **kwargs)  # drawn, or cancelled if the exit came first
+        finally:
+            finished.append(stream.name)
 
     def fail(*_args: Any, **_kwargs: Any) -> Any:
         assert started.wait(timeout=10)
@@ -214,7 +215,7 @@ def test_encoder_failure_cancels_pending_joins_running_and_reraises(
     with pytest.raises(EncoderFailed, match=f"{stage} encoder failed"):
         pipe.prepare(recipe, "overlapped")
     assert ran == ["visual_condition_noise.0"]  # the others were cancelled before they ran
-    assert finished == ["visual_condition_noise.0"]  # the running one was joined
+    assert finished == ["visual_condition_noise.0"]  # the running one was joined (it ended)
     assert not [t for t in threading.enumerate() if t.name.startswith("ref2va-prep")]
 
 
@@ -298,9 +299,9 @@ def test_prediction_reuses_the_validated_header(
     probed: list[str] = []
     real = media_module.probe_video
 
-    def counting(path: Any) -> Any:
+    def counting(path: Any, *args: Any) -> Any:
         probed.append(str(path))
-        return real(path)
+        return real(path, *args)
 
     monkeypatch.setattr(media_module, "probe_video", counting)
     monkeypatch.setattr(conditioning_module, "probe_video", counting)

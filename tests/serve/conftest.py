@@ -64,12 +64,12 @@ def start_server(
     started: list[ServerThread] = []
 
     def start(*, pipeline_: Ref2VAPipeline | None = None, **overrides: Any) -> ServerThread:
-        settings = ServeSettings(
-            recipe=recipe,
-            output_dir=tmp_path / f"out{len(started)}",
-            media_root=media_root,
-            **overrides,
-        )
+        defaults = {
+            "recipe": recipe,
+            "output_dir": tmp_path / f"out{len(started)}",
+            "media_root": media_root,
+        }
+        settings = ServeSettings(**{**defaults, **overrides})
         server = ServerThread(create_app(settings, pipeline_ or pipeline)).start()
         started.append(server)
         return server

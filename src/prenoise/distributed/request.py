@@ -16,11 +16,11 @@ import torch.distributed as dist
 
 from prenoise.distributed.group import DistContext
 from prenoise.distributed.status import RankFailedError, describe_error
-from prenoise.ref2va.conditioning import validate_references
 from prenoise.ref2va.config import Recipe
 from prenoise.ref2va.geometry import RequestGeometry
 from prenoise.ref2va.models import Ref2VAModels
 from prenoise.ref2va.references import predict_reference_shape
+from prenoise.ref2va.request_budget import check_request
 
 __all__ = ["ResolvedRequest", "broadcast_request", "resolve_request"]
 
@@ -46,8 +46,8 @@ class ResolvedRequest:
 
 
 def resolve_request(recipe: Recipe, models: Ref2VAModels) -> ResolvedRequest:
-    """Resolve on this process: create missing synthetic references, predict condition shapes."""
-    headers = validate_references(recipe.references)
+    """Resolve on this process: check the request (budget, media caps), predict condition shapes."""
+    headers = check_request(recipe).headers
     width, height = recipe.size()
     vae = models.video_vae
     predicted = tuple(

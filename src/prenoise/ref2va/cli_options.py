@@ -6,10 +6,17 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from prenoise.ref2va.config import Recipe, load_recipe
+from prenoise.ref2va.config import Recipe, load_recipe, recipe_from_dict
+from prenoise.ref2va.limits import add_limit_arguments, limit_overrides
 from prenoise.ref2va.models import Ref2VAModels
 
-__all__ = ["add_request_arguments", "load_models", "recipe_from_args", "reference_kind"]
+__all__ = [
+    "add_request_arguments",
+    "load_models",
+    "recipe_from_args",
+    "reference_kind",
+    "with_limit_overrides",
+]
 
 _IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".webp", ".bmp"}
 _AUDIO_SUFFIXES = {".wav", ".mp3", ".flac", ".ogg", ".m4a", ".aac"}
@@ -47,6 +54,7 @@ def add_request_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--outputs", type=int)
     parser.add_argument("--device", help="cpu (default) or cuda")
     parser.add_argument("--checkpoint", type=Path, help="directory with safetensors + config")
+    add_limit_arguments(parser)
 
 
 def recipe_from_args(args: argparse.Namespace) -> Recipe:
@@ -68,7 +76,17 @@ def recipe_from_args(args: argparse.Namespace) -> Recipe:
         overrides["references"] = [
             {"kind": reference_kind(p), "path": str(p)} for p in args.reference
         ]
-    return load_recipe(args.recipe, **overrides)
+    return with_limit_overrides(load_recipe(args.recipe, **overrides), args)
+
+
+def with_limit_overrides(recipe: Recipe, args: argparse.Namespace) -> Recipe:
+    """`recipe` with the limit options given on the command line merged into its `limits`."""
+    limits = limit_overrides(args)
+    if not limits:
+        return recipe
+    data = recipe.model_dump()
+    data["limits"] = {**data["limits"], **limits}
+    return recipe_from_dict(data, "command line")
 
 
 def load_models(recipe: Recipe) -> Ref2VAModels:

@@ -12,12 +12,21 @@ from dataclasses import dataclass, field
 
 import torch
 
+from prenoise.cancel import CancelEvent
 from prenoise.ref2va.audio_vae import latents_to_rows
 from prenoise.ref2va.config import Recipe, ReferenceSpec
-from prenoise.ref2va.geometry import patchify
-from prenoise.ref2va.media import MediaError, VideoInfo, probe_video, read_image, require_file
+from prenoise.ref2va.decode_guard import DecodeGuard
+from prenoise.ref2va.geometry import FPS, patchify
+from prenoise.ref2va.limits import Limits, describe_cap
+from prenoise.ref2va.media import (
+    MediaError,
+    VideoInfo,
+    probe_audio,
+    probe_video,
+    read_image,
+)
 from prenoise.ref2va.models import Ref2VAModels
-from prenoise.ref2va.references import encode_reference, ensure_reference
+from prenoise.ref2va.references import encode_reference, ensure_reference, reference_frame_count
 from prenoise.tracing import NULL_TRACER, Category, Tracer
 
 __all__ = [
@@ -77,24 +86,38 @@ class Conditioning:
         return cls(external.text, external.text_mask, visual, list(external.audio_latents))
 
 
-def validate_references(references: Sequence[ReferenceSpec]) -> list[VideoInfo | None]:
-    """Create missing synthetic references and check every file is readable (cheap, headers).
+def validate_references(
+    references: Sequence[ReferenceSpec], limits: Limits | None = None
+) -> list[VideoInfo | None]:
+    """Create missing synthetic references and check every file is readable and within `limits`.
 
-    Returns each reference's video header (None for images and audio), so that shape prediction
-    does not open the files a second time.
+    Cheap: headers (sizes, durations) are checked against the caps before anything is decoded;
+    an image is then decoded once, bounded. Returns each reference's video header (None for
+    images and audio), so that shape prediction does not open the files a second time.
     """
+    limits = limits or Limits()
     headers: list[VideoInfo | None] = []
     for spec in references:
         path = ensure_reference(spec)
         header = None
         if spec.kind == "video":
-            header = probe_video(path)
+            header = probe_video(path, limits)
             if header.frames_at_24fps < 1:
                 raise MediaError(f"{path}: the video has zero frames")
+            frames = reference_frame_count(spec, header)
+            if frames > limits.max_reference_frames:
+                cap = describe_cap("max_reference_frames", limits.max_reference_frames)
+                raise MediaError(
+                    f"{path}: {frames} frames at {FPS} fps (from its header), above the cap "
+                    f"{cap}; trim the reference, set its max_seconds, or raise the cap"
+                )
         elif spec.kind == "image":
-            read_image(path)
+            read_image(path, limits=limits)
         else:
-            require_file(path)
+            seconds = probe_audio(path)
+            if spec.max_seconds is not None:
+                seconds = min(seconds, spec.max_seconds)
+            DecodeGuard(path, limits).check_audio_seconds(seconds)
         headers.append(header)
     return headers
 
@@ -105,11 +128,13 @@ def encode_conditioning(
     *,
     continuation: torch.Tensor | None = None,
     tracer: Tracer = NULL_TRACER,
+    cancel: CancelEvent | None = None,
 ) -> Conditioning:
     """Encode the prompt and every reference (each in its own ENCODE span), in recipe order.
 
     Visual conditions are the continuation latents (if any), then image/video references in
-    order; audio conditions are video soundtracks and audio clips, in order.
+    order; audio conditions are video soundtracks and audio clips, in order. Decoding is
+    bounded by `recipe.limits` and stops between frames once `cancel` is set.
     """
     width, height = recipe.size()
     with tracer.span("text_encode", Category.ENCODE), torch.no_grad():
@@ -119,7 +144,14 @@ def encode_conditioning(
     for k, spec in enumerate(recipe.references):
         with tracer.span(f"media_encode:{k}:{spec.kind}", Category.ENCODE):
             encoded = encode_reference(
-                spec, models.video_vae, models.audio_vae, width, height, tracer=tracer
+                spec,
+                models.video_vae,
+                models.audio_vae,
+                width,
+                height,
+                tracer=tracer,
+                limits=recipe.limits,
+                cancel=cancel,
             )
         if encoded.video_latents is not None:
             visual.append(encoded.video_latents)

@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from prenoise.devices import check_device
 from prenoise.ref2va import geometry
 from prenoise.ref2va.audio_vae import AudioVAEConfig
+from prenoise.ref2va.limits import Limits
 from prenoise.ref2va.text_encoder import TextEncoderConfig
 from prenoise.ref2va.transformer import TransformerConfig
 from prenoise.ref2va.video_vae import VideoVAEConfig
@@ -109,6 +110,7 @@ class Recipe(BaseModel):
     model: ModelConfig = ModelConfig()
     checkpoint: Path | None = None
     parallel: ParallelConfig | None = None
+    limits: Limits = Limits()
 
     @model_validator(mode="after")
     def _check(self) -> Recipe:

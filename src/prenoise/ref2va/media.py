@@ -1,4 +1,12 @@
-"""Media I/O with PyAV: images, videos resampled to 24 fps in chunks, audio, MP4 writing."""
+"""Media I/O with PyAV: images, videos resampled to 24 fps in chunks, audio, MP4 writing.
+
+Every read is bounded by `Limits` while it decodes (`DecodeGuard`): header sizes are checked
+before any pixel is decoded (image headers with Pillow, which decodes nothing), FFmpeg's own
+`max_pixels` stops its decoders from allocating a larger frame, and frames, pixels and audio
+samples are counted as they come, so a file whose header lies (timestamps that jump by hours, a
+wrong frame count) is stopped at the cap instead of materialised. Reads also take a `cancel`
+event, polled once per decoded or emitted frame.
+"""
 
 from __future__ import annotations
 
@@ -14,14 +22,40 @@ import av
 import numpy as np
 import torch
 
+from prenoise.cancel import CancelEvent
 from prenoise.ref2va import geometry
+from prenoise.ref2va.decode_guard import (
+    DecodeGuard,
+    MediaError,
+    bounded_stream,
+    check_image_header,
+    decoder_options,
+)
+from prenoise.ref2va.limits import Limits
+
+__all__ = [
+    "DEFAULT_CHUNK_FRAMES",
+    "DecodeGuard",
+    "MediaError",
+    "VideoInfo",
+    "iter_video_chunks",
+    "iter_video_frames",
+    "make_synthetic_reference",
+    "probe_audio",
+    "probe_video",
+    "read_audio",
+    "read_audio_if_any",
+    "read_image",
+    "synthetic_frames",
+    "synthetic_tone",
+    "video_codec_name",
+    "write_image",
+    "write_mp4",
+    "write_wav",
+]
 
 DEFAULT_CHUNK_FRAMES = 17
 """Frames per decoded chunk (one temporal group of the video VAE)."""
-
-
-class MediaError(ValueError):
-    """A media file is missing, unreadable, or has no usable stream; the message names it."""
 
 
 @dataclass(frozen=True)
@@ -50,11 +84,15 @@ def require_file(path: str | os.PathLike[str]) -> Path:
     raise MediaError(f"{p}: no such file")
 
 
-def _open(path: str | os.PathLike[str]) -> Any:
-    """Open a media file for reading, with a one-line :class:`MediaError` on failure."""
+def _open(path: str | os.PathLike[str], limits: Limits | None = None) -> Any:
+    """Open a media file for reading, with a one-line :class:`MediaError` on failure.
+
+    FFmpeg's `max_pixels` (from `limits`) already applies to the frames it decodes while
+    probing the file, so opening a huge image allocates nothing large.
+    """
     p = require_file(path)
     try:
-        return av.open(str(p))
+        return av.open(str(p), options=decoder_options(limits))
     except (av.FFmpegError, OSError, ValueError) as exc:
         raise MediaError(f"{p}: cannot read media ({type(exc).__name__}: {exc})") from exc
 
@@ -81,17 +119,31 @@ def _frame_to_array(frame: Any, width: int | None, height: int | None) -> np.nda
 
 
 def read_image(
-    path: str | os.PathLike[str], width: int | None = None, height: int | None = None
+    path: str | os.PathLike[str],
+    width: int | None = None,
+    height: int | None = None,
+    *,
+    limits: Limits | None = None,
 ) -> torch.Tensor:
-    """Decode an image (PNG, JPEG, ...) to uint8 RGB ``[H, W, 3]``, optionally cover-cropped."""
-    with _open(path) as container:
+    """Decode an image (PNG, JPEG, ...) to uint8 RGB ``[H, W, 3]``, optionally cover-cropped.
+
+    The size is checked against `limits.max_frame_pixels` from the header, before decoding.
+    """
+    guard = DecodeGuard(path, limits)
+    header_read = Path(path).is_file() and check_image_header(Path(path), guard)
+    with _open(path, guard.limits) as container:
         if not container.streams.video:
             raise MediaError(f"{path}: no image stream")
+        stream = bounded_stream(container.streams.video[0], guard, "an image")
         try:
-            for frame in container.decode(video=0):
+            for frame in container.decode(stream):
+                guard.decoded(frame)
                 return torch.from_numpy(_frame_to_array(frame, width, height))
         except av.FFmpegError as exc:
-            raise MediaError(f"{path}: cannot decode image ({exc})") from exc
+            # Without a header size, the decoder's own pixel cap may be what refused it.
+            cap = guard.limits.max_frame_pixels
+            hint = "" if header_read else f"; images above {cap} pixels are refused"
+            raise MediaError(f"{path}: cannot decode image ({exc}{hint})") from exc
     raise MediaError(f"{path}: image has no frames")
 
 
@@ -107,12 +159,16 @@ def write_image(path: str | os.PathLike[str], image: torch.Tensor) -> Path:
     return out
 
 
-def probe_video(path: str | os.PathLike[str]) -> VideoInfo:
-    """Read the header of a video: size, duration, whether it has audio."""
-    with _open(path) as container:
+def probe_video(path: str | os.PathLike[str], limits: Limits | None = None) -> VideoInfo:
+    """Read the header of a video: size, duration, whether it has audio.
+
+    Refuses a frame size above `limits.max_frame_pixels` (the duration is the caller's to cap).
+    """
+    guard = DecodeGuard(path, limits)
+    with _open(path, guard.limits) as container:
         if not container.streams.video:
             raise MediaError(f"{path}: video has no frames (no video stream)")
-        stream = container.streams.video[0]
+        stream = bounded_stream(container.streams.video[0], guard, "frames")
         if stream.duration is not None and stream.time_base is not None:
             duration = Fraction(stream.duration) * Fraction(stream.time_base)
         elif container.duration is not None:
@@ -129,23 +185,42 @@ def probe_video(path: str | os.PathLike[str]) -> VideoInfo:
         )
 
 
+def probe_audio(path: str | os.PathLike[str]) -> float:
+    """Seconds of the first audio stream from the header (0.0 when the header does not say)."""
+    with _open(path) as container:
+        if not container.streams.audio:
+            raise MediaError(f"{path}: no audio stream")
+        stream = container.streams.audio[0]
+        if stream.duration is not None and stream.time_base is not None:
+            return float(stream.duration * stream.time_base)
+        if container.duration is not None:
+            return container.duration / av.time_base
+        return 0.0
+
+
 def iter_video_frames(
     path: str | os.PathLike[str],
     width: int | None = None,
     height: int | None = None,
     fps: int = geometry.FPS,
     max_frames: int | None = None,
+    *,
+    limits: Limits | None = None,
+    cancel: CancelEvent | None = None,
 ) -> Iterator[np.ndarray]:
     """Yield RGB uint8 frames ``[H, W, 3]`` resampled to ``fps`` by timestamp.
 
     Output frame ``i`` shows the source frame displayed at time ``i / fps`` (from the first
     frame's timestamp). Frames are cover-scaled and centre-cropped to ``width x height``.
+    ``max_frames`` stops (truncates) the video; `limits` refuses it (`MediaError`) as soon as
+    a cap is passed, whatever the header says; `cancel` stops it between frames.
     """
     emitted = 0
-    with _open(path) as container:
+    guard = DecodeGuard(path, limits, cancel)
+    with _open(path, guard.limits) as container:
         if not container.streams.video:
             raise MediaError(f"{path}: video has no frames (no video stream)")
-        stream = container.streams.video[0]
+        stream = bounded_stream(container.streams.video[0], guard, "frames")
         stream.thread_type = "AUTO"
         rate = stream.average_rate
         step = Fraction(1, fps)
@@ -156,6 +231,7 @@ def iter_video_frames(
         last_gap: Fraction | None = None
         try:
             for frame in container.decode(stream):
+                guard.decoded(frame)
                 ts = _timestamp(frame, stream)
                 if start is None:
                     start = ts
@@ -163,6 +239,7 @@ def iter_video_frames(
                 if prev is not None:
                     last_gap = ts - prev_ts
                     while emitted * step < ts:
+                        guard.emitted()
                         if cached is None:
                             cached = _frame_to_array(prev, width, height)
                         yield cached
@@ -176,6 +253,7 @@ def iter_video_frames(
             raise MediaError(f"{path}: video has no frames")
         duration = Fraction(1, 1) / Fraction(rate) if rate else (last_gap or step)
         while emitted * step < prev_ts + duration and (max_frames is None or emitted < max_frames):
+            guard.emitted()
             if cached is None:
                 cached = _frame_to_array(prev, width, height)
             yield cached
@@ -196,12 +274,19 @@ def iter_video_chunks(
     chunk_frames: int = DEFAULT_CHUNK_FRAMES,
     fps: int = geometry.FPS,
     max_frames: int | None = None,
+    *,
+    limits: Limits | None = None,
+    cancel: CancelEvent | None = None,
 ) -> Iterator[torch.Tensor]:
-    """Yield uint8 chunks ``[n, H, W, 3]`` (``n <= chunk_frames``) of a video at ``fps``."""
+    """Yield uint8 chunks ``[n, H, W, 3]`` (``n <= chunk_frames``) of a video at ``fps``.
+
+    Bounded and cancellable frame by frame, as :func:`iter_video_frames`.
+    """
     if chunk_frames < 1:
         raise ValueError(f"chunk_frames must be positive, got {chunk_frames}")
     batch: list[np.ndarray] = []
-    for arr in iter_video_frames(path, width, height, fps, max_frames):
+    frames = iter_video_frames(path, width, height, fps, max_frames, limits=limits, cancel=cancel)
+    for arr in frames:
         batch.append(arr)
         if len(batch) == chunk_frames:
             yield torch.from_numpy(np.stack(batch))
@@ -211,20 +296,35 @@ def iter_video_chunks(
 
 
 def read_audio(
-    path: str | os.PathLike[str], sample_rate: int = 16000, max_seconds: float | None = None
+    path: str | os.PathLike[str],
+    sample_rate: int = 16000,
+    max_seconds: float | None = None,
+    *,
+    limits: Limits | None = None,
+    cancel: CancelEvent | None = None,
 ) -> torch.Tensor:
-    """Decode the first audio stream to float32 stereo ``[2, n]`` at ``sample_rate``."""
-    audio = read_audio_if_any(path, sample_rate, max_seconds)
+    """Decode the first audio stream to float32 stereo ``[2, n]`` at ``sample_rate``.
+
+    ``max_seconds`` truncates; more than `limits.max_audio_seconds` of audio is refused while
+    decoding (`MediaError`), and `cancel` stops it between blocks.
+    """
+    audio = read_audio_if_any(path, sample_rate, max_seconds, limits=limits, cancel=cancel)
     if audio is None:
         raise MediaError(f"{path}: no audio stream")
     return audio
 
 
 def read_audio_if_any(
-    path: str | os.PathLike[str], sample_rate: int = 16000, max_seconds: float | None = None
+    path: str | os.PathLike[str],
+    sample_rate: int = 16000,
+    max_seconds: float | None = None,
+    *,
+    limits: Limits | None = None,
+    cancel: CancelEvent | None = None,
 ) -> torch.Tensor | None:
     """Like :func:`read_audio`, but ``None`` when the file has no audio stream."""
-    with _open(path) as container:
+    guard = DecodeGuard(path, limits, cancel)
+    with _open(path, guard.limits) as container:
         if not container.streams.audio:
             return None
         stream = container.streams.audio[0]
@@ -232,14 +332,24 @@ def read_audio_if_any(
         if stream.duration is not None and stream.time_base is not None:
             limit = round(stream.duration * stream.time_base * sample_rate)
         if max_seconds is not None:
-            cap = round(max_seconds * sample_rate)
+            # clamped first: a huge max_seconds (1e308) must not overflow into inf
+            seconds = min(max_seconds, guard.limits.max_audio_seconds + 1)
+            cap = round(seconds * sample_rate)
             limit = cap if limit is None else min(limit, cap)
         resampler = av.AudioResampler(format="fltp", layout="stereo", rate=sample_rate)
         parts: list[np.ndarray] = []
+        samples = 0
         try:
             for frame in container.decode(audio=0):
-                parts.extend(f.to_ndarray() for f in resampler.resample(frame))
-            parts.extend(f.to_ndarray() for f in resampler.resample(None))
+                for block in resampler.resample(frame):
+                    parts.append(block.to_ndarray())
+                    samples += parts[-1].shape[1]
+                if limit is not None and samples >= limit:
+                    break  # the first `limit` samples are final: no need to decode further
+                guard.audio(samples, sample_rate)
+            else:
+                parts.extend(f.to_ndarray() for f in resampler.resample(None))
+                guard.audio(sum(p.shape[1] for p in parts), sample_rate)
         except av.FFmpegError as exc:
             raise MediaError(f"{path}: cannot decode audio ({exc})") from exc
     wav = np.concatenate(parts, axis=1) if parts else np.zeros((2, 0), np.float32)

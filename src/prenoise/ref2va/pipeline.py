@@ -21,22 +21,19 @@ from typing import Literal
 
 import torch
 
+from prenoise.cancel import CancelEvent
 from prenoise.draws import run_stream
 from prenoise.executor import PreparationExecutor
 from prenoise.mixing import mix_conditions
 from prenoise.prediction import MismatchPolicy, PredictionEvent
 from prenoise.ref2va.audio_vae import latents_from_rows
-from prenoise.ref2va.conditioning import (
-    Conditioning,
-    ExternalConditioning,
-    encode_conditioning,
-    validate_references,
-)
+from prenoise.ref2va.conditioning import Conditioning, ExternalConditioning, encode_conditioning
 from prenoise.ref2va.config import Recipe
 from prenoise.ref2va.geometry import RequestGeometry, unpatchify
 from prenoise.ref2va.media import VideoInfo, write_mp4
 from prenoise.ref2va.models import Ref2VAModels
 from prenoise.ref2va.references import predict_reference_shape
+from prenoise.ref2va.request_budget import check_request
 from prenoise.ref2va.sampler import FlowEulerSampler, StepCallback
 from prenoise.ref2va.transformer import VelocityFn
 from prenoise.ref2va_noise import (
@@ -144,28 +141,37 @@ class Ref2VAPipeline:
         external: ExternalConditioning | None = None,
         keep_noise: bool = False,
         tracer: Tracer = NULL_TRACER,
+        cancel: CancelEvent | None = None,
     ) -> tuple[Conditioning, PreparedOutput, list[PredictionEvent]]:
         """Prepare the first output: encode (or adopt) the conditioning, draw and mix the noise.
 
         Returns the shared conditioning, the first output's denoise inputs and any prediction
         events. The overlapped arm is used only for a fresh request with local encoding.
+        The request is first checked (`check_request`: memory budget, media caps); media decode
+        and draws stop at their next cancel point once `cancel` is set (`Cancelled`).
         """
         if arm not in ARMS:
             raise ValueError(f"unknown arm {arm!r}; choose one of {ARMS}")
         geo = recipe.geometry()
         with tracer.span("prepare", Category.REQUEST, arm=arm):
-            headers = validate_references(recipe.references) if external is None else []
+            headers = check_request(recipe, references=external is None).headers
             if arm == "overlapped" and continuation is None and external is None:
-                conditioning, noise, events = self._prepare_overlapped(recipe, geo, headers, tracer)
+                conditioning, noise, events = self._prepare_overlapped(
+                    recipe, geo, headers, tracer, cancel
+                )
                 used = True
             else:
                 if external is not None:
                     conditioning = Conditioning.from_external(external, continuation)
                 else:
                     conditioning = encode_conditioning(
-                        self.models, recipe, continuation=continuation, tracer=tracer
+                        self.models,
+                        recipe,
+                        continuation=continuation,
+                        tracer=tracer,
+                        cancel=cancel,
                     )
-                noise = self._draw_serial(recipe.output_seed(0), geo, conditioning, tracer)
+                noise = self._draw_serial(recipe.output_seed(0), geo, conditioning, tracer, cancel)
                 events, used = [], False
             inputs = self._build_inputs(recipe, conditioning, noise, tracer)
             prepared = PreparedOutput(0, recipe.output_seed(0), inputs, used)
@@ -183,6 +189,7 @@ class Ref2VAPipeline:
         noise: NoiseFields | None = None,
         keep_noise: bool = False,
         tracer: Tracer = NULL_TRACER,
+        cancel: CancelEvent | None = None,
     ) -> PreparedOutput:
         """Prepare output `index` ≥ 1 (seed + index) from the shared conditioning.
 
@@ -191,7 +198,9 @@ class Ref2VAPipeline:
         """
         used_prepared = noise is not None
         if noise is None:
-            noise = self.draw_output_noise(recipe, conditioning, index, tracer=tracer)
+            noise = self.draw_output_noise(
+                recipe, conditioning, index, tracer=tracer, cancel=cancel
+            )
         inputs = self._build_inputs(recipe, conditioning, noise, tracer)
         prepared = PreparedOutput(
             index, recipe.output_seed(index), inputs, used_prepared, noise if keep_noise else None
@@ -206,9 +215,11 @@ class Ref2VAPipeline:
         index: int,
         *,
         tracer: Tracer = NULL_TRACER,
+        cancel: CancelEvent | None = None,
     ) -> NoiseFields:
         """The contract's draws for output `index` (seed + index), on the calling thread."""
-        return self._draw_serial(recipe.output_seed(index), recipe.geometry(), conditioning, tracer)
+        geo = recipe.geometry()
+        return self._draw_serial(recipe.output_seed(index), geo, conditioning, tracer, cancel)
 
     def prepare_outputs(
         self,
@@ -230,17 +241,22 @@ class Ref2VAPipeline:
         return outputs, events
 
     def _draw_serial(
-        self, seed: int, geo: RequestGeometry, conditioning: Conditioning, tracer: Tracer
+        self,
+        seed: int,
+        geo: RequestGeometry,
+        conditioning: Conditioning,
+        tracer: Tracer,
+        cancel: CancelEvent | None = None,
     ) -> NoiseFields:
         if self.noise_source is not None:
             return self.noise_source(seed, geo, conditioning.visual_shapes, tracer)
         video, audio = initial_noise_streams(seed, geo.T, geo.h, geo.w, geo.audio_t)
         with tracer.span("draw:initial_video_noise", Category.NOISE):
-            video_noise = run_stream(video)["initial_video_noise"]
+            video_noise = run_stream(video, cancel=cancel)["initial_video_noise"]
         with tracer.span("draw:initial_audio_noise", Category.NOISE):
-            audio_noise = run_stream(audio)["initial_audio_noise"]
+            audio_noise = run_stream(audio, cancel=cancel)["initial_audio_noise"]
         with tracer.span("draw:visual_condition_noise", Category.NOISE):
-            cond_noise = draw_condition_noise(seed, geo.T, conditioning.visual_shapes)
+            cond_noise = draw_condition_noise(seed, geo.T, conditioning.visual_shapes, cancel)
         return NoiseFields(video_noise, audio_noise, cond_noise)
 
     def _prepare_overlapped(
@@ -249,6 +265,7 @@ class Ref2VAPipeline:
         geo: RequestGeometry,
         headers: Sequence[VideoInfo | None],
         tracer: Tracer,
+        cancel: CancelEvent | None,
     ) -> tuple[Conditioning, NoiseFields, list[PredictionEvent]]:
         seed = recipe.output_seed(0)
         width, height = recipe.size()
@@ -260,17 +277,19 @@ class Ref2VAPipeline:
                 if (shape := predict_reference_shape(spec, vae, width, height, header)) is not None
             ]
         video, audio = initial_noise_streams(seed, geo.T, geo.h, geo.w, geo.audio_t)
-        with PreparationExecutor(name="ref2va-prep", tracer=tracer) as prep:
+        with PreparationExecutor(name="ref2va-prep", tracer=tracer, cancel=cancel) as prep:
+            # The draws poll the executor's event: set by `cancel`, or when the block exits early.
+            stop = prep.cancel_event
             cond_jobs = [
-                prep.submit(stream.name, partial(run_stream, stream), predicted=shape)
+                prep.submit(stream.name, partial(run_stream, stream, cancel=stop), predicted=shape)
                 for stream, shape in zip(
                     condition_streams(seed, geo.T, predicted), predicted, strict=True
                 )
             ]
-            video_job = prep.submit(video.name, partial(run_stream, video))
-            audio_job = prep.submit(audio.name, partial(run_stream, audio))
+            video_job = prep.submit(video.name, partial(run_stream, video, cancel=stop))
+            audio_job = prep.submit(audio.name, partial(run_stream, audio, cancel=stop))
 
-            conditioning = encode_conditioning(self.models, recipe, tracer=tracer)
+            conditioning = encode_conditioning(self.models, recipe, tracer=tracer, cancel=cancel)
 
             actual = conditioning.visual_shapes
             if len(actual) != len(predicted):
@@ -284,7 +303,7 @@ class Ref2VAPipeline:
                         job,
                         actual=shape,
                         policy=self.mismatch_policy,
-                        recompute=partial(run_stream, stream),
+                        recompute=partial(run_stream, stream, cancel=cancel),
                     )[job.name]
                     for job, shape, stream in zip(cond_jobs, actual, fallback, strict=True)
                 ]
@@ -392,33 +411,40 @@ class Ref2VAPipeline:
         callback: StepCallback | None = None,
         tracer: Tracer | None = None,
         prepare_next_output: bool = False,
+        cancel: CancelEvent | None = None,
     ) -> GenerationResult:
         """Run a whole request: prepare, then denoise, decode and write every output.
 
         With `prepare_next_output`, output i+1's noise is drawn on a worker while output i
-        denoises (off by default; the outputs are bitwise the same either way).
+        denoises (off by default; the outputs are bitwise the same either way). `cancel`
+        stops preparation (media decode, draws) at its next cancel point.
         """
         tracer = tracer or Tracer()
         stage = on_stage or (lambda _name: None)
         paths: list[Path] = []
         stage("prepare")
         conditioning, prepared, events = self.prepare(
-            recipe, arm, continuation=continuation, external=external, tracer=tracer
+            recipe, arm, continuation=continuation, external=external, tracer=tracer, cancel=cancel
         )
-        with PreparationExecutor(name="ref2va-next-output", tracer=tracer) as ahead:
+        with PreparationExecutor(name="ref2va-next-output", tracer=tracer, cancel=cancel) as ahead:
             for index in range(recipe.outputs):
                 if index > 0:
                     stage(f"prepare output {index}")
                     noise = ahead.take(f"output{index}") if prepare_next_output else None
                     prepared = self.prepare_next(
-                        recipe, conditioning, index, noise=noise, tracer=tracer
+                        recipe, conditioning, index, noise=noise, tracer=tracer, cancel=cancel
                     )
                     del noise
                 if prepare_next_output and index + 1 < recipe.outputs:
                     ahead.submit(
                         f"output{index + 1}",
                         partial(
-                            self.draw_output_noise, recipe, conditioning, index + 1, tracer=tracer
+                            self.draw_output_noise,
+                            recipe,
+                            conditioning,
+                            index + 1,
+                            tracer=tracer,
+                            cancel=ahead.cancel_event,
                         ),
                     )
                 stage(f"denoise output {index}")

@@ -8,10 +8,12 @@ from pathlib import Path
 
 import torch
 
+from prenoise.cancel import CancelEvent
 from prenoise.ref2va import media
 from prenoise.ref2va.audio_vae import AudioVAE
 from prenoise.ref2va.config import ReferenceSpec
 from prenoise.ref2va.geometry import FPS
+from prenoise.ref2va.limits import Limits
 from prenoise.ref2va.video_vae import VideoVAE
 from prenoise.tracing import NULL_TRACER, Category, Tracer
 
@@ -51,9 +53,18 @@ def reference_frame_count(spec: ReferenceSpec, header: media.VideoInfo | None = 
     if spec.kind != "video":
         raise ValueError(f"{spec.path}: an {spec.kind} reference has no frames")
     frames = (header or media.probe_video(spec.path)).frames_at_24fps
-    if spec.max_seconds is not None:
-        frames = min(frames, round(spec.max_seconds * FPS))
+    max_frames = truncated_frames(spec)
+    if max_frames is not None:
+        frames = min(frames, max_frames)
     return max(frames, 1)
+
+
+def truncated_frames(spec: ReferenceSpec) -> int | None:
+    """Frames at 24 fps that `spec.max_seconds` keeps (None: no truncation)."""
+    if spec.max_seconds is None:
+        return None
+    # min() before round(): a huge max_seconds (1e308) must not become an astronomic count
+    return round(min(spec.max_seconds, 2**40) * FPS)
 
 
 def predict_reference_shape(
@@ -77,25 +88,31 @@ def encode_reference(
     height: int,
     chunk_frames: int = media.DEFAULT_CHUNK_FRAMES,
     tracer: Tracer = NULL_TRACER,
+    *,
+    limits: Limits | None = None,
+    cancel: CancelEvent | None = None,
 ) -> EncodedReference:
     """Decode and encode one reference, streaming video chunks into the VAE.
 
-    Decoding is recorded in `media_decode` spans (one per chunk, nested in the caller's span).
+    Decoding is recorded in `media_decode` spans (one per chunk, nested in the caller's span),
+    bounded by `limits` while it runs and stopped between frames once `cancel` is set.
     """
     path = ensure_reference(spec)
     video = audio = None
     frames = 0
     if spec.kind == "image":
         with tracer.span("media_decode:image", Category.ENCODE):
-            image = media.read_image(path, width, height)
+            image = media.read_image(path, width, height, limits=limits)
         video = video_vae.encode_image(image, height, width)
         frames = 1
     elif spec.kind == "video":
-        max_frames = None if spec.max_seconds is None else round(spec.max_seconds * FPS)
+        max_frames = truncated_frames(spec)
         counted: list[int] = []
 
         def chunks() -> Iterator[torch.Tensor]:
-            decoded = media.iter_video_chunks(path, width, height, chunk_frames, FPS, max_frames)
+            decoded = media.iter_video_chunks(
+                path, width, height, chunk_frames, FPS, max_frames, limits=limits, cancel=cancel
+            )
             while True:
                 with tracer.span("media_decode:video", Category.ENCODE):
                     chunk = next(decoded, None)
@@ -108,11 +125,15 @@ def encode_reference(
         frames = sum(counted)
         if spec.use_audio:
             with tracer.span("media_decode:audio", Category.ENCODE):
-                wav = media.read_audio_if_any(path, audio_vae.sample_rate, spec.max_seconds)
+                wav = media.read_audio_if_any(
+                    path, audio_vae.sample_rate, spec.max_seconds, limits=limits, cancel=cancel
+                )
             if wav is not None and wav.shape[1] >= audio_vae.config.hop:
                 audio = audio_vae.encode(wav)
     else:
         with tracer.span("media_decode:audio", Category.ENCODE):
-            wav = media.read_audio(path, audio_vae.sample_rate, spec.max_seconds)
+            wav = media.read_audio(
+                path, audio_vae.sample_rate, spec.max_seconds, limits=limits, cancel=cancel
+            )
         audio = audio_vae.encode(wav)
     return EncodedReference(spec=spec, video_latents=video, audio_latents=audio, num_frames=frames)

@@ -2,30 +2,41 @@
 
 - `POST /v1/videos`: JSON body (`schema.VideoRequest`) or multipart (`request`: the same JSON as
   a text field; `reference`: uploaded files, repeatable) → 202 `{"id", "state", "status_url"}`;
-  invalid input → 422 `{"error", "field"}` with `field` naming the offending field; oversized
-  body → 413.
+  invalid input (non-finite numbers, JSON nested too deeply, sizes above the limits or the
+  memory budget, references above the media caps) → 422 `{"error", "field"}` with `field`
+  naming the offending field; oversized body → 413; malformed multipart → 400; unsupported
+  content type → 415. Content types match case-insensitively.
 - `GET /v1/videos/{id}`: `Job.view()` (state, progress `i/N`, timings, error).
-- `GET /v1/videos/{id}/content?output=k`: the finished MP4 (409 while not done).
+- `GET /v1/videos/{id}/content?output=k`: the finished MP4 (409 while not done, 410 when the
+  file is no longer on disk).
 - `DELETE /v1/videos/{id}`: queued → cancelled at once (200); running → stops at its next step
   boundary (202); finished → record and files removed (200, state `deleted`).
 - `GET /health`, `GET /metrics` (Prometheus text format).
+
+Every error response, whatever its status (400, 404, 409, 410, 413, 415, 422, 500), has the body
+`{"error": message, "field": name or null}`; refused requests count as `rejected` and internal
+errors as `error` in `prenoise_requests_total`.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import shutil
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 from anyio import to_thread
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from prenoise.ref2va.pipeline import Ref2VAPipeline
 from prenoise.serve.jobs import TERMINAL, JobState
@@ -33,11 +44,50 @@ from prenoise.serve.schema import RequestRejected, build_recipe, parse_request
 from prenoise.serve.service import ServeSettings, Service
 from prenoise.serve.uploads import BodySizeLimit, BodyTooLarge, save_uploads
 
-__all__ = ["create_app"]
+__all__ = ["InternalErrors", "create_app"]
+
+logger = logging.getLogger("prenoise.serve")
 
 
-def _error(status: int, message: str, field: str | None = None, **extra: Any) -> JSONResponse:
-    return JSONResponse({"error": message, "field": field, **extra}, status_code=status)
+def _error(
+    status: int,
+    message: str,
+    field: str | None = None,
+    headers: Mapping[str, str] | None = None,
+    **extra: Any,
+) -> JSONResponse:
+    return JSONResponse(
+        {"error": message, "field": field, **extra}, status_code=status, headers=headers
+    )
+
+
+class InternalErrors:
+    """ASGI middleware: an unhandled exception is logged, counted (`on_error`) and answered with
+    the documented 500 body; the connection stays usable (Starlette's default drops it)."""
+
+    def __init__(self, app: ASGIApp, on_error: Callable[[], None]) -> None:
+        self.app = app
+        self.on_error = on_error
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracking_send)
+        except Exception:
+            logger.exception("internal error answering %s %s", scope["method"], scope["path"])
+            self.on_error()
+            if started:  # too late for a body of our own
+                raise
+            await _error(500, "internal error (see the service log)")(scope, receive, send)
 
 
 def create_app(settings: ServeSettings, pipeline: Ref2VAPipeline | None = None) -> FastAPI:
@@ -56,7 +106,25 @@ def create_app(settings: ServeSettings, pipeline: Ref2VAPipeline | None = None) 
 
     app = FastAPI(title="prenoise serve", lifespan=lifespan)
     app.state.service = service
-    app.add_middleware(BodySizeLimit, max_bytes=settings.limits.max_upload_bytes)
+    app.add_middleware(
+        BodySizeLimit, max_bytes=settings.limits.max_upload_bytes, on_reject=service.reject
+    )
+    app.add_middleware(InternalErrors, on_error=service.internal_error)
+
+    @app.exception_handler(HTTPException)
+    async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:
+        # Starlette's own refusals (e.g. a malformed multipart body is 400): documented body.
+        if request.method == "POST" and 400 <= exc.status_code < 500:
+            service.reject()
+        return _error(exc.status_code, str(exc.detail), headers=exc.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid_parameter(request: Request, exc: RequestValidationError) -> JSONResponse:
+        err = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
+        field = str(err["loc"][-1]) if err.get("loc") else None
+        if request.method == "POST":
+            service.reject()
+        return _error(422, f"{field}: {err['msg']}" if field else str(err["msg"]), field)
 
     @app.exception_handler(BodyTooLarge)
     async def _too_large(_request: Request, exc: BodyTooLarge) -> JSONResponse:
@@ -113,6 +181,10 @@ def create_app(settings: ServeSettings, pipeline: Ref2VAPipeline | None = None) 
             return _error(409, f"job {job_id} is {state.value}, not done", state=state.value)
         if not 0 <= output < len(paths):
             return _error(404, f"output: job {job_id} has outputs 0..{len(paths) - 1}", "output")
+        if not paths[output].is_file():
+            return _error(
+                410, f"output: output {output} of job {job_id} is gone from disk", "output"
+            )
         return FileResponse(paths[output], media_type="video/mp4", filename=paths[output].name)
 
     @app.delete("/v1/videos/{job_id}")
@@ -155,7 +227,7 @@ def create_app(settings: ServeSettings, pipeline: Ref2VAPipeline | None = None) 
 
 async def _read_body(request: Request, service: Service, folder: Path) -> tuple[Any, list[Path]]:
     """The JSON request data and the saved uploads (multipart) of a POST."""
-    content_type = request.headers.get("content-type", "")
+    content_type = request.headers.get("content-type", "").strip().lower()
     if content_type.startswith("multipart/form-data"):
         limits = service.settings.limits
         async with request.form(
@@ -181,7 +253,11 @@ async def _read_body(request: Request, service: Service, folder: Path) -> tuple[
 
 
 def _decode_json(raw: str | bytes, field: str) -> Any:
+    """Decoded JSON. Non-finite numbers (`Infinity`, `1e400`) decode and are then refused by
+    the schema, naming their field; nesting deeper than Python's recursion limit is refused."""
     try:
         return json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise RequestRejected(field, f"not valid JSON ({exc})") from None
+    except RecursionError:
+        raise RequestRejected(field, "JSON nested too deeply") from None

@@ -1,8 +1,9 @@
 """Prometheus metrics of one service instance, on its own `CollectorRegistry`.
 
 Names (all prefixed `prenoise_`):
-- `requests_total{outcome}`: finished or refused requests; outcome is done, failed, cancelled
-  or rejected (invalid input, refused path, oversized upload);
+- `requests_total{outcome}`: finished or refused requests; outcome is done, failed, cancelled,
+  rejected (invalid input, refused path, oversized upload, malformed body, over a limit or the
+  memory budget) or error (the service failed answering: HTTP 500);
 - `queue_depth`: jobs waiting for the executor (excluding the running one);
 - `preparation_window_seconds`: `derive_metrics(...).prep_window_s` of each prepared request;
 - `noise_critical_seconds`: `derive_metrics(...).noise_critical_s` on the preparing thread;
@@ -23,7 +24,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 __all__ = ["KernelBackend", "ServeMetrics", "kernel_backend"]
 
 _SECONDS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
-OUTCOMES = ("done", "failed", "cancelled", "rejected")
+OUTCOMES = ("done", "failed", "cancelled", "rejected", "error")
 
 
 @dataclass(frozen=True)

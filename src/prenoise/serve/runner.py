@@ -43,10 +43,15 @@ class PreparedJob:
 
 
 def prepare_job(pipeline: Ref2VAPipeline, job: Job) -> PreparedJob:
-    """Encode the references and draw output 0's noise on the calling thread."""
+    """Encode the references and draw output 0's noise on the calling thread.
+
+    Stops at the next cancel point (`prenoise.cancel.Cancelled`) once the job is cancelled.
+    """
     tracer = Tracer()
     start = time.perf_counter()
-    conditioning, first, events = pipeline.prepare(job.recipe, "overlapped", tracer=tracer)
+    conditioning, first, events = pipeline.prepare(
+        job.recipe, "overlapped", tracer=tracer, cancel=job.cancel_requested
+    )
     seconds = time.perf_counter() - start
     metrics = derive_metrics(tracer.spans, threading.get_ident())
     return PreparedJob(conditioning, first, events, metrics, seconds)
@@ -82,7 +87,9 @@ def run_outputs(
                 raise RuntimeError(f"job {job.id}: output 0 was already consumed")
         else:
             store.transition(job, JobState.PREPARING)
-            output = pipeline.prepare_next(recipe, prepared.conditioning, index)
+            output = pipeline.prepare_next(
+                recipe, prepared.conditioning, index, cancel=job.cancel_requested
+            )
         check_cancel(job)
         store.transition(job, JobState.DENOISING)
         start = time.perf_counter()

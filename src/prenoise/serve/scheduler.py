@@ -10,7 +10,9 @@ Guarantees:
   `Ref2VAPipeline.generate`, so the result does not depend on which thread prepared it.
 - A job that raises is marked failed with a one-line error; the executor thread keeps running.
 - Cancelling: a queued job is removed at once; a running one stops at its next step boundary
-  (or stage boundary). Failed and cancelled jobs keep no files (outputs and uploads removed).
+  (or stage boundary). A job being prepared (ahead or by the executor) stops at its next cancel
+  point: between decoded frames and between noise chunks, so DELETE and shutdown do not wait for
+  a whole preparation. Failed and cancelled jobs keep no files (outputs and uploads removed).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
+from prenoise.cancel import Cancelled
 from prenoise.ref2va.pipeline import Ref2VAPipeline
 from prenoise.ref2va.sampler import SamplingCancelled
 from prenoise.serve.jobs import (
@@ -89,8 +92,9 @@ class Scheduler:
             self._queue.clear()
             futures = list(self._ahead.values())
             self._ahead.clear()
-            if self._current is not None:
-                self._current.cancel_requested.set()
+            for job in [*queued, self._current]:
+                if job is not None:  # stops their preparation (ahead or running) too
+                    job.cancel_requested.set()
             self._cond.notify_all()
         for future in futures:
             future.cancel()
@@ -123,6 +127,7 @@ class Scheduler:
         with self._cond:
             queued = job in self._queue
             if queued:
+                job.cancel_requested.set()  # a preparation already running stops at its next point
                 self._queue.remove(job)
                 future = self._ahead.pop(job.id, None)
                 if future is not None:
@@ -217,7 +222,7 @@ class Scheduler:
             run_outputs(self.pipeline, self.store, job, prepared, out)
             prepared = None
             self._finish(job, JobState.DONE)
-        except (JobCancelled, SamplingCancelled):
+        except (JobCancelled, SamplingCancelled, Cancelled):
             self._finish(job, JobState.CANCELLED)
         except Exception as exc:
             logger.warning("job %s failed: %s: %s", job.id, type(exc).__name__, exc)

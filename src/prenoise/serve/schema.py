@@ -5,21 +5,27 @@ under the media root) and uploaded files, together, replace the recipe's referen
 request gives neither, the recipe's references are used. Overrides follow `prenoise generate`:
 `duration` clears `frames` and vice versa, `width`+`height` (or `size: "WxH"`) clear
 `short_edge`, so the same request gives the same `Recipe` (and the same MP4) as the CLI.
-Every refusal is a `RequestRejected` naming the field.
+Every refusal is a `RequestRejected` naming the field: non-finite numbers, sizes above
+`ServeLimits`, references above the recipe's media caps (`limits:`), and requests whose
+estimated allocation exceeds the memory budget (`prenoise.ref2va.request_budget`).
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from prenoise.budget import BudgetExceededError
 from prenoise.ref2va.cli_options import reference_kind
 from prenoise.ref2va.conditioning import validate_references
 from prenoise.ref2va.config import Recipe, ReferenceSpec
+from prenoise.ref2va.limits import Limits
 from prenoise.ref2va.media import MediaError
+from prenoise.ref2va.request_budget import check_request
 from prenoise.seeds import SEED_MAX, SEED_MIN
 from prenoise.serve.paths import PathRejected, resolve_media_path
 
@@ -34,6 +40,7 @@ __all__ = [
 
 
 Kind = Literal["image", "video", "audio"]
+logger = logging.getLogger("prenoise.serve")
 
 
 class RequestRejected(ValueError):
@@ -62,7 +69,7 @@ class ServeLimits:
 class ReferenceIn(BaseModel):
     """A reference file under the media root; `kind` defaults to the suffix's kind."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     path: str = Field(min_length=1, max_length=4096)
     kind: Kind | None = None
@@ -73,7 +80,7 @@ class ReferenceIn(BaseModel):
 class VideoRequest(BaseModel):
     """Per-request overrides of the service recipe."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     prompt: str | None = Field(default=None, min_length=1, max_length=4000)
     seed: int | None = Field(default=None, ge=SEED_MIN, le=SEED_MAX)  # + outputs: Recipe checks
@@ -157,13 +164,18 @@ def _kind(path: PurePosixPath | Path) -> Kind:
 
 
 def _reference_specs(
-    req: VideoRequest, media_root: Path | None, uploads: list[Path]
+    req: VideoRequest, media_root: Path | None, uploads: list[Path], limits: Limits
 ) -> list[tuple[str, ReferenceSpec]] | None:
     """`(field name, spec)` of every reference, or None to keep the recipe's."""
     if req.references is None and not uploads:
         return None
     specs: list[tuple[str, ReferenceSpec]] = []
     for k, ref in enumerate(req.references or []):
+        if ref.max_seconds is not None and ref.max_seconds > limits.max_audio_seconds:
+            raise RequestRejected(
+                f"references[{k}].max_seconds",
+                f"at most {limits.max_audio_seconds:g} (limits.max_reference_frames)",
+            )
         field = f"references[{k}].path"
         if media_root is None:
             raise RequestRejected(field, "this service has no --media-root; upload the file")
@@ -192,7 +204,7 @@ def build_recipe(
 ) -> Recipe:
     """The request's `Recipe`: `base` with the overrides, limits checked, media readable."""
     overrides = _overrides(req)
-    specs = _reference_specs(req, media_root, uploads)
+    specs = _reference_specs(req, media_root, uploads, base.limits)
     if specs is not None:
         overrides["references"] = [spec for _, spec in specs]
     try:
@@ -202,10 +214,28 @@ def build_recipe(
         msg = str(err["msg"]).removeprefix("Value error, ")
         raise RequestRejected(_field_name(err["loc"]), msg) from None
     _check_limits(recipe, limits)
-    for field, spec in specs or []:
-        try:
-            validate_references([spec])
-        except MediaError as exc:
-            shown = str(exc).replace(str(spec.path), PurePosixPath(spec.path).name)
-            raise RequestRejected(field, f"unreadable {spec.kind}: {shown}") from None
+    try:
+        check_request(recipe, references=False)  # the size first: never blamed on a file
+        for field, spec in specs or []:
+            try:
+                validate_references([spec], recipe.limits)
+            except MediaError as exc:
+                shown = str(exc).replace(str(spec.path), PurePosixPath(spec.path).name)
+                raise RequestRejected(field, f"unreadable {spec.kind}: {shown}") from None
+        check_request(recipe)
+    except BudgetExceededError as exc:
+        raise RequestRejected(_size_field(req), str(exc)) from None
+    except MediaError as exc:  # the service recipe's own references (checked at start-up)
+        logger.warning("the service recipe's references: %s", exc)
+        raise RequestRejected(
+            "references", "the service's default references are unusable"
+        ) from None
     return recipe
+
+
+def _size_field(req: VideoRequest) -> str:
+    """The field a too-large request should change: its length, else its size, else `body`."""
+    for name in ("frames", "duration", "size", "width"):
+        if getattr(req, name) is not None:
+            return name
+    return "body"

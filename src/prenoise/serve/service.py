@@ -43,7 +43,7 @@ class Service:
 
     def __init__(self, settings: ServeSettings, pipeline: Ref2VAPipeline | None = None) -> None:
         recipe = settings.recipe
-        validate_references(recipe.references)  # the recipe's defaults must be usable
+        validate_references(recipe.references, recipe.limits)  # the defaults must be usable
         self.settings = settings
         self.pipeline = pipeline or Ref2VAPipeline(load_models(recipe), device=recipe.device)
         self.backend: KernelBackend = kernel_backend()
@@ -59,7 +59,8 @@ class Service:
         self.upload_root = settings.output_dir / ".uploads"
 
     def start(self) -> None:
-        """Start the executor thread."""
+        """Sweep uploads an earlier process left (no job owns them yet); start the executor."""
+        shutil.rmtree(self.upload_root, ignore_errors=True)
         self.scheduler.start()
 
     def stop(self) -> None:
@@ -90,3 +91,7 @@ class Service:
     def reject(self) -> None:
         """Count a refused request."""
         self.metrics.requests.labels(outcome="rejected").inc()
+
+    def internal_error(self) -> None:
+        """Count a request the service failed to answer (HTTP 500)."""
+        self.metrics.requests.labels(outcome="error").inc()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
@@ -30,11 +30,17 @@ class BodyTooLarge(ValueError):
 
 
 class BodySizeLimit:
-    """ASGI middleware limiting the body of POST requests to `max_bytes`."""
+    """ASGI middleware limiting the body of POST requests to `max_bytes`.
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    `on_reject` is called for each request it answers itself (declared length over the limit).
+    """
+
+    def __init__(
+        self, app: ASGIApp, max_bytes: int, on_reject: Callable[[], None] | None = None
+    ) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.on_reject = on_reject
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope.get("method") != "POST":
@@ -42,6 +48,8 @@ class BodySizeLimit:
             return
         declared = dict(scope.get("headers") or []).get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
+            if self.on_reject is not None:
+                self.on_reject()
             await _send_413(send, self.max_bytes)
             return
         received = 0

@@ -1,0 +1,102 @@
+"""A request is estimated and checked against the memory budget before any heavy work."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prenoise.ref2va.noise import condition_streams, initial_noise_streams
+
+from prenoise.budget import BudgetExceededError
+from prenoise.cli import main
+from prenoise.draws import NoisePlan
+from prenoise.ref2va import cli_options
+from prenoise.ref2va.conditioning import validate_references
+from prenoise.ref2va.config import load_recipe
+from prenoise.ref2va.request_budget import check_request, estimate_request
+
+TINY = Path(__file__).with_name("tiny-recipe.yaml")
+
+
+@pytest.fixture()
+def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(TINY, tmp_path / "tiny.yaml")
+    return tmp_path
+
+
+def test_estimate_uses_the_noise_plan_and_the_references(workdir: Path) -> None:
+    recipe = load_recipe(workdir / "tiny.yaml")
+    headers = validate_references(recipe.references)
+    alone, full = estimate_request(recipe), estimate_request(recipe, headers)
+    geo = recipe.geometry()  # 22 frames at 128x96: T=7, h=6, w=8
+    video, audio = initial_noise_streams(recipe.seed, geo.T, geo.h, geo.w, geo.audio_t)
+    assert (
+        alone.noise
+        == NoisePlan((video, audio)).peak_nbytes
+        == 2 * 24 * 7 * 6 * 8 * 4 + 2 * 37 * 32 * 4
+    )
+    # the 0.5 s reference (12 frames -> latents (7, 6, 8)) adds its condition stream
+    conds = condition_streams(recipe.seed, geo.T, [(7, 6, 8)])
+    assert full.noise == NoisePlan((video, audio, *conds)).peak_nbytes
+    assert alone.references == 0 < full.references
+    assert full.peak > alone.peak
+
+
+def test_too_large_sizes_are_refused_before_any_file_is_opened(workdir: Path) -> None:
+    for overrides in (
+        {"width": 100_000, "height": 100_000},
+        {"frames": 10**9, "duration": None},
+        {"duration": 1e300, "frames": None},
+    ):
+        recipe = load_recipe(
+            workdir / "tiny.yaml",
+            references=[{"kind": "video", "path": "no-such-file.mp4"}],
+            **overrides,
+        )
+        with pytest.raises(BudgetExceededError) as info:
+            check_request(recipe)
+        message = str(info.value)
+        assert message.startswith("this request (noise ")
+        assert "make the request smaller (width x height, now" in message
+        assert "no-such-file" not in message  # the size, never the reference, is blamed
+    width_only = load_recipe(workdir / "tiny.yaml", width=100_000, height=100_000)
+    with pytest.raises(BudgetExceededError, match=r"now 100000x100000; duration/frames, now 22"):
+        check_request(width_only)
+
+
+def test_memory_budget_from_the_recipe(workdir: Path) -> None:
+    recipe = load_recipe(workdir / "tiny.yaml")
+    alone = estimate_request(recipe).peak
+    assert check_request(recipe.model_copy(update={"limits": _limits(recipe, 10**12)})).headers
+    with pytest.raises(BudgetExceededError, match=r"more than the memory budget of 1\.0 KiB"):
+        check_request(load_recipe(workdir / "tiny.yaml", limits={"memory_budget": "1KiB"}))
+    # enough for the request alone, not with its reference: the references are named
+    with pytest.raises(BudgetExceededError, match=r"with its references .* shorten the references"):
+        check_request(recipe.model_copy(update={"limits": _limits(recipe, alone)}))
+
+
+def _limits(recipe: Any, budget: int) -> Any:
+    return recipe.limits.model_copy(update={"memory_budget": budget})
+
+
+def test_cli_refuses_before_models_load(
+    workdir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def no_models(*_args: Any) -> Any:
+        raise AssertionError("models were loaded")
+
+    monkeypatch.setattr(cli_options, "load_models", no_models)
+    for args in (
+        ["generate", "--width", "100000", "--height", "100000", "--out", "o.mp4"],
+        ["verify", "--frames", "1000000000"],
+        ["bench", "--duration", "1e9"],
+        ["verify", "--memory-budget", "1KiB"],
+    ):
+        assert main([*args, "--recipe", "tiny.yaml"]) == 2, args
+        out = " ".join(capsys.readouterr().out.split())
+        assert out.startswith("error: this request (noise"), out
+        assert "make the request smaller" in out and "--memory-budget" in out
+    assert not (workdir / "o.mp4").exists()

@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from prenoise.ref2va.noise import condition_streams, initial_noise_streams
 
 from prenoise.budget import BudgetExceededError
 from prenoise.cli import main
@@ -16,6 +15,7 @@ from prenoise.ref2va import cli_options
 from prenoise.ref2va.conditioning import validate_references
 from prenoise.ref2va.config import load_recipe
 from prenoise.ref2va.request_budget import check_request, estimate_request
+from prenoise.ref2va_noise import condition_streams, initial_noise_streams
 
 TINY = Path(__file__).with_name("tiny-recipe.yaml")
 

@@ -30,9 +30,9 @@ from prenoise.ref2va.geometry import (
     LATENT_CHANNELS,
 )
 from prenoise.ref2va.media import VideoInfo
-from prenoise.ref2va.noise import condition_streams, initial_noise_streams
 from prenoise.ref2va.references import reference_frame_count, truncated_frames
 from prenoise.ref2va.video_processor import VideoProcessor
+from prenoise.ref2va_noise import condition_streams, initial_noise_streams
 
 __all__ = ["RequestCheck", "RequestEstimate", "check_request", "estimate_request"]
 

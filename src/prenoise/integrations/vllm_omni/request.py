@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from prenoise.cancel import CancelEvent
 from prenoise.draws import run_stream
 from prenoise.executor import PreparationExecutor
 from prenoise.integrations.vllm_omni.settings import PluginSettings
@@ -197,15 +198,16 @@ class RequestPreparation:
         video, audio = initial_noise_streams(
             initial.seed, initial.latent_t, initial.latent_h, initial.latent_w, initial.audio_t
         )
+        cancel = self.executor.cancel_event  # set when the request fails: draws stop early
         jobs: list[tuple[str, Callable[[], torch.Tensor], Any]] = [
-            (VIDEO, lambda: run_stream(video)[VIDEO], initial),
-            (AUDIO, lambda: run_stream(audio)[AUDIO], initial),
+            (VIDEO, lambda: run_stream(video, cancel=cancel)[VIDEO], initial),
+            (AUDIO, lambda: run_stream(audio, cancel=cancel)[AUDIO], initial),
         ]
         if condition is not None:
             streams = condition_streams(
                 condition.seed, condition.target_latent_t, condition.condition_shapes
             )
-            jobs.append((CONDITION, lambda: _concat_streams(streams), condition))
+            jobs.append((CONDITION, lambda: _concat_streams(streams, cancel), condition))
         for field_name, draw, key in jobs:
             name = f"{field_name}@{initial.seed}"
             plan.names[field_name] = name
@@ -302,8 +304,8 @@ def _dims(key: InitialNoiseKey) -> tuple[int, int, int, int]:
     return key.latent_t, key.latent_h, key.latent_w, key.audio_t
 
 
-def _concat_streams(streams: Sequence[Any]) -> torch.Tensor:
-    parts = [tensor for stream in streams for tensor in run_stream(stream).values()]
+def _concat_streams(streams: Sequence[Any], cancel: CancelEvent) -> torch.Tensor:
+    parts = [tensor for stream in streams for tensor in run_stream(stream, cancel=cancel).values()]
     return parts[0] if len(parts) == 1 else torch.cat(parts)
 
 

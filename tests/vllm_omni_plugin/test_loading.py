@@ -26,6 +26,7 @@ def originals() -> list[Any]:
     return [
         cls.__dict__["forward"],
         cls.__dict__["_initial_noise"],
+        cls.__dict__["encode_prompt"],
         upstream().prepare_encoder_inputs,
         upstream().minimax_h3_imgvid_cond_noise_aug_rows,
     ]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import pickle
 import queue
 import socket
 import time
@@ -48,12 +49,16 @@ def _child(
     os.environ.update(env)
     rank = int(env["RANK"])
     start = time.perf_counter()
+    # Outcomes travel as plain pickles: the queue's own pickler would share tensors through file
+    # descriptors that die with this process, which may exit before the parent reads them.
     try:
         value = fn(*args)
-        results.put(RankOutcome(rank, True, value, seconds=time.perf_counter() - start))
+        outcome = RankOutcome(rank, True, value, seconds=time.perf_counter() - start)
     except BaseException as exc:
         text = f"{type(exc).__name__}: {exc}"
-        results.put(RankOutcome(rank, False, error=text, seconds=time.perf_counter() - start))
+        outcome = RankOutcome(rank, False, error=text, seconds=time.perf_counter() - start)
+    try:
+        results.put(pickle.dumps(outcome))
     finally:
         import torch.distributed as dist
 
@@ -91,7 +96,7 @@ def spawn_ranks(
     deadline = time.monotonic() + timeout_s
     while len(outcomes) < world_size and time.monotonic() < deadline:
         try:
-            outcome = results.get(timeout=0.1)
+            outcome = pickle.loads(results.get(timeout=0.1))
             outcomes[outcome.rank] = outcome
         except queue.Empty:
             if all(not p.is_alive() for p in procs) and results.empty():

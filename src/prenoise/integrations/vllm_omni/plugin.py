@@ -6,12 +6,14 @@ is a supported release (the hooked methods are private and change between releas
 `PRENOISE_VLLM_OMNI` is not `0`; otherwise it logs once why it did nothing. Installing twice is
 a no-op; `uninstall()` restores upstream's functions.
 
-Four upstream names are wrapped, each delegating to upstream's own code whenever the request is
+Five upstream names are wrapped, each delegating to upstream's own code whenever the request is
 not being prepared ahead:
 - `MiniMaxH3Pipeline.forward`: opens a `RequestPreparation` around the request (its executor
   cancels, joins and re-raises on an encoder failure; no worker outlives the request);
 - `pipeline_minimax_h3.prepare_encoder_inputs`: once the media plan is known (before the text
   encoder runs) submits the first output's draws;
+- `MiniMaxH3Pipeline.encode_prompt`: on several ranks, rank 0's plan is broadcast once (every
+  rank calls it at the same point), so every rank prepares ahead;
 - `MiniMaxH3Pipeline._initial_noise` and
   `pipeline_minimax_h3.minimax_h3_imgvid_cond_noise_aug_rows`: take the
   prepared noise when the actual arguments equal the prediction.
@@ -80,7 +82,7 @@ def is_installed() -> bool:
 
 
 def install() -> None:
-    """Wrap the four MiniMax-H3 names (idempotent); refuses if another plugin already did."""
+    """Wrap the five MiniMax-H3 names (idempotent); refuses if another plugin already did."""
     from vllm_omni.diffusion.models.minimax_h3 import pipeline_minimax_h3 as upstream
 
     with _lock:
@@ -90,6 +92,7 @@ def install() -> None:
         targets = {
             "forward": cls.__dict__["forward"],
             "_initial_noise": cls.__dict__["_initial_noise"],
+            "encode_prompt": cls.__dict__["encode_prompt"],
             "prepare_encoder_inputs": upstream.prepare_encoder_inputs,
             "minimax_h3_imgvid_cond_noise_aug_rows": upstream.minimax_h3_imgvid_cond_noise_aug_rows,
         }
@@ -106,6 +109,7 @@ def install() -> None:
         _originals.update(targets)
         cls.forward = functools.wraps(targets["forward"])(_forward)
         cls._initial_noise = functools.wraps(targets["_initial_noise"])(_initial_noise)
+        cls.encode_prompt = functools.wraps(targets["encode_prompt"])(_encode_prompt)
         upstream.prepare_encoder_inputs = functools.wraps(targets["prepare_encoder_inputs"])(
             _prepare_encoder_inputs
         )
@@ -116,13 +120,13 @@ def install() -> None:
 
 
 def original(name: str) -> Callable[..., Any]:
-    """Upstream's own `name` (one of the four wrapped), whether or not prenoise is installed."""
+    """Upstream's own `name` (one of the five wrapped), whether or not prenoise is installed."""
     from vllm_omni.diffusion.models.minimax_h3 import pipeline_minimax_h3 as upstream
 
     with _lock:
         if name in _originals:
             return _originals[name]
-    if name in ("forward", "_initial_noise"):
+    if name in ("forward", "_initial_noise", "encode_prompt"):
         return upstream.MiniMaxH3Pipeline.__dict__[name]
     return getattr(upstream, name)
 
@@ -136,6 +140,7 @@ def uninstall() -> None:
             return
         upstream.MiniMaxH3Pipeline.forward = _originals["forward"]
         upstream.MiniMaxH3Pipeline._initial_noise = _originals["_initial_noise"]
+        upstream.MiniMaxH3Pipeline.encode_prompt = _originals["encode_prompt"]
         upstream.prepare_encoder_inputs = _originals["prepare_encoder_inputs"]
         upstream.minimax_h3_imgvid_cond_noise_aug_rows = _originals[
             "minimax_h3_imgvid_cond_noise_aug_rows"
@@ -160,6 +165,13 @@ def _prepare_encoder_inputs(prompt: Any, sampling: Any, **kwargs: Any) -> Any:
     if state is not None and state.sampling is sampling:
         state.start(prepared)
     return prepared
+
+
+def _encode_prompt(self: Any, prepared: Any) -> Any:
+    state = current_request()
+    if state is not None and state.pipeline is self:
+        state.share_plan()  # multi-rank: every rank reaches this point; rank 0 has the plan
+    return _originals["encode_prompt"](self, prepared)
 
 
 def _initial_noise(

@@ -130,6 +130,7 @@ class RequestPreparation:
         self.records: dict[str, DrawRecord] = {}
         self.skipped: str | None = None
         self._plans: dict[int, _Plan] = {}
+        self._shared = False
         self._first_seed: int | None = None
         self._num_outputs = 1
         self._token: contextvars.Token[RequestPreparation | None] | None = None
@@ -176,6 +177,32 @@ class RequestPreparation:
         shapes = predict_condition_shapes(self.pipeline, media)
         condition = None if shapes is None else ConditionKey(seed, initial.latent_t, shapes)
         self._submit(initial, condition)
+
+    def share_plan(self) -> None:
+        """Multi-rank: rank 0 broadcasts its first-output plan so every rank prepares ahead.
+
+        Upstream prepares media on rank 0 only; this is one `broadcast_object_list` on the DiT
+        group, made by every rank at the same point (the request's first `encode_prompt`), the
+        way the pipeline broadcasts its own rank-0 results. Each rank still takes its prepared
+        noise only when its actual arguments equal the plan. Once per request; no-op on 1 rank.
+        """
+        if self._shared:
+            return
+        self._shared = True
+        from vllm_omni.diffusion.models.minimax_h3 import pipeline_minimax_h3 as upstream
+
+        group, rank, world_size = upstream._dit_rank_world()
+        if world_size == 1:
+            return
+        first = self._plans.get(self._first_seed) if self._first_seed is not None else None
+        payload: list[Any] = [None]
+        if rank == 0 and first is not None:
+            payload = [(first.initial, first.condition, self._num_outputs)]
+        torch.distributed.broadcast_object_list(payload, src=0, group=group)
+        if rank != 0 and payload[0] is not None and not self._plans:
+            initial, condition, self._num_outputs = payload[0]
+            self._first_seed = initial.seed
+            self._submit(initial, condition)
 
     def _ineligible(self, prepared: Any) -> str | None:
         from vllm_omni.diffusion.models.minimax_h3 import pipeline_minimax_h3 as upstream

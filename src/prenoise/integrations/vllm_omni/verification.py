@@ -8,7 +8,8 @@ record, per output, what the pipeline computed:
 - `visual_condition_noise`: with the plugin on, the tensor prenoise prepared (when it did);
   otherwise upstream's own function evaluated at the same arguments on clean rows of `-0.0`
   with `noise_aug=0.0`, which returns its draw exactly (`-0.0·0 + 1·noise == noise`, -0.0 kept);
-- `denoise.*`: every tensor `_build_denoise_inputs` returned (the branch's tensors included).
+- `denoise.*`: every tensor `_build_denoise_inputs` returned (the branch's tensors included);
+- `decoded.video`, `decoded.audio`: what `forward` returned (all outputs, decoded).
 Fields of output i ≥ 1 are prefixed `output{i}.`.
 """
 
@@ -279,6 +280,8 @@ class _Probes(contextlib.AbstractContextManager["_Probes"]):
                 drawn_on[prefix + name] = record.thread if used and record else threads[name]
             for key, value in entry.get("denoise", {}).items():
                 fields[f"{prefix}denoise.{key}"] = value
+        video, audio = output.output  # what forward returned: every output, decoded
+        fields["decoded.video"], fields["decoded.audio"] = video, audio
         return ArmResult(
             fields=fields,
             drawn_on=drawn_on,

@@ -21,19 +21,20 @@ import argparse
 import json
 import platform
 import statistics
-import subprocess
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
-from PIL import Image
 
 from prenoise.integrations.vllm_omni import plugin
-from prenoise.integrations.vllm_omni.standins import StandInHooks
+from prenoise.integrations.vllm_omni.standins import (
+    StandInHooks,
+    synthetic_image,
+    synthetic_video,
+)
 from prenoise.integrations.vllm_omni.verification import H3Request, run_forward
 
 
@@ -92,18 +93,10 @@ def one_request(request: H3Request, plugin_on: bool, encoder_idle: float) -> dic
 
 
 def make_references(folder: Path) -> dict[str, Path]:
-    image = folder / "reference.png"
-    pixels = (np.arange(768 * 1344 * 3, dtype=np.int64) * 7919 % 251).astype(np.uint8)
-    Image.fromarray(pixels.reshape(768, 1344, 3)).save(image)
-    video = folder / "reference.mp4"
-    subprocess.run(
-        ["ffmpeg", "-loglevel", "error", "-y",
-         "-f", "lavfi", "-i", "testsrc=size=1344x768:rate=24:duration=2.5",
-         "-f", "lavfi", "-i", "sine=frequency=440:duration=2.5:sample_rate=16000",
-         "-c:v", "libx264", "-pix_fmt", "yuv420p", "-c:a", "aac", "-shortest", str(video)],
-        check=True,
-    )  # fmt: skip
-    return {"image": image, "video": video}
+    return {
+        "image": synthetic_image(folder / "reference.png", 1344, 768),
+        "video": synthetic_video(folder / "reference.mp4", 1344, 768),
+    }
 
 
 def main() -> None:

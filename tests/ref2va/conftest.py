@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,16 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from prenoise.ref2va import ModelConfig, Ref2VAModels, make_synthetic_reference
+
+TINY_RECIPE = Path(__file__).with_name("tiny-recipe.yaml")
+
+
+@pytest.fixture()
+def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A fresh working directory holding the tiny recipe as `tiny.yaml`."""
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(TINY_RECIPE, tmp_path / "tiny.yaml")
+    return tmp_path
 
 
 @pytest.fixture(scope="session")

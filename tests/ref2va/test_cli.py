@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import av
@@ -13,13 +12,6 @@ from prenoise.cli import main
 from prenoise.ref2va.media import synthetic_tone, write_wav
 
 TINY = Path(__file__).with_name("tiny-recipe.yaml")
-
-
-@pytest.fixture()
-def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.chdir(tmp_path)
-    shutil.copy(TINY, tmp_path / "tiny.yaml")
-    return tmp_path
 
 
 def test_verify_exit_zero_and_json(workdir: Path) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -18,13 +17,6 @@ from prenoise.ref2va.request_budget import check_request, estimate_request
 from prenoise.ref2va_noise import condition_streams, initial_noise_streams
 
 TINY = Path(__file__).with_name("tiny-recipe.yaml")
-
-
-@pytest.fixture()
-def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.chdir(tmp_path)
-    shutil.copy(TINY, tmp_path / "tiny.yaml")
-    return tmp_path
 
 
 def test_estimate_uses_the_noise_plan_and_the_references(workdir: Path) -> None:

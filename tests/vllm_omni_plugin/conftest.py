@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 pytest.importorskip(
@@ -15,6 +13,7 @@ pytest.importorskip(
 )
 
 from prenoise.integrations.vllm_omni import plugin
+from prenoise.integrations.vllm_omni.standins import synthetic_image, synthetic_video
 
 
 @pytest.fixture(autouse=True)
@@ -26,12 +25,7 @@ def plugin_restored() -> Iterator[None]:
 
 @pytest.fixture(scope="session")
 def image_ref(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from PIL import Image
-
-    pixels = (np.arange(384 * 512 * 3, dtype=np.int64) * 7919 % 251).astype(np.uint8)
-    path = tmp_path_factory.mktemp("refs") / "reference.png"
-    Image.fromarray(pixels.reshape(384, 512, 3)).save(path)
-    return path
+    return synthetic_image(tmp_path_factory.mktemp("refs") / "reference.png")
 
 
 @pytest.fixture(scope="session")
@@ -39,12 +33,4 @@ def video_ref(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A 2.5 s 320x256 H.264 reference with an AAC track (upstream needs ffmpeg for videos)."""
     if shutil.which("ffmpeg") is None or shutil.which("ffprobe") is None:
         pytest.skip("ffmpeg/ffprobe not installed (make setup-vllm-omni installs them with apt)")
-    path = tmp_path_factory.mktemp("refs") / "reference.mp4"
-    subprocess.run(
-        ["ffmpeg", "-loglevel", "error", "-y",
-         "-f", "lavfi", "-i", "testsrc=size=320x256:rate=24:duration=2.5",
-         "-f", "lavfi", "-i", "sine=frequency=440:duration=2.5:sample_rate=16000",
-         "-c:v", "libx264", "-pix_fmt", "yuv420p", "-c:a", "aac", "-shortest", str(path)],
-        check=True,
-    )  # fmt: skip
-    return path
+    return synthetic_video(tmp_path_factory.mktemp("refs") / "reference.mp4")

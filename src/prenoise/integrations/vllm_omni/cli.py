@@ -42,6 +42,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
             "(make setup-vllm-omni)"
         )
         return 2
+    from prenoise.integrations.vllm_omni.standins import synthetic_image
     from prenoise.integrations.vllm_omni.verification import (
         H3Request,
         references_for,
@@ -57,7 +58,9 @@ def run(args: argparse.Namespace, console: Console) -> int:
         return 2
     with tempfile.TemporaryDirectory(prefix="prenoise-vllm-omni-") as scratch:
         try:
-            references = references_for(args.reference) or (_synthetic_image(Path(scratch)),)
+            references = references_for(args.reference) or (
+                synthetic_image(Path(scratch) / "reference.png"),
+            )
         except FileNotFoundError as error:
             console.print(f"[red]error:[/] {error}")
             return 2
@@ -90,13 +93,3 @@ def run(args: argparse.Namespace, console: Console) -> int:
     console.print(f"[{style}]{result.summary()}[/]")
     console.print(f"wrote {out}")
     return 0 if result.equal else 1
-
-
-def _synthetic_image(folder: Path) -> Path:
-    import numpy as np
-    from PIL import Image
-
-    pixels = (np.arange(384 * 512 * 3, dtype=np.int64) * 7919 % 251).astype(np.uint8)
-    path = folder / "reference.png"
-    Image.fromarray(pixels.reshape(384, 512, 3)).save(path)
-    return path

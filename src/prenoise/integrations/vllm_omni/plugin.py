@@ -188,42 +188,30 @@ def _initial_noise(
     )
 
 
-def _condition_noise_rows(
-    clean_rows: torch.Tensor,
-    *,
-    condition_shapes: Any,
-    target_latent_t: int,
-    imgvid_cond_num_frames: int,
-    seed: int,
-    noise_aug: float,
-) -> torch.Tensor:
+def _condition_noise_rows(clean_rows: torch.Tensor, **kwargs: Any) -> torch.Tensor:
     serial = functools.partial(
-        _originals["minimax_h3_imgvid_cond_noise_aug_rows"],
-        clean_rows,
-        condition_shapes=condition_shapes,
-        target_latent_t=target_latent_t,
-        imgvid_cond_num_frames=imgvid_cond_num_frames,
-        seed=seed,
-        noise_aug=noise_aug,
+        _originals["minimax_h3_imgvid_cond_noise_aug_rows"], clean_rows, **kwargs
     )
     state = current_request()
     if state is None:
         return serial()
-    key = _condition_key(
-        clean_rows, condition_shapes, target_latent_t, imgvid_cond_num_frames, seed, noise_aug
-    )
+    try:
+        key = _condition_key(clean_rows, **kwargs)
+    except TypeError:  # arguments upstream does not take: its own call raises
+        key = None
     if key is None:
         # Upstream's own validation (and its noise_aug == 1 early return) decides.
-        state.discard_condition_noise(int(seed))
+        state.discard_condition_noise(int(kwargs.get("seed", -1)))
         return serial()
     noise = state.take_condition_noise(key)
     if noise is None:
         return serial()
-    return mix_condition_rows(clean_rows, noise, key.condition_shapes, float(noise_aug))
+    return mix_condition_rows(clean_rows, noise, key.condition_shapes, float(kwargs["noise_aug"]))
 
 
 def _condition_key(
     clean_rows: torch.Tensor,
+    *,
     condition_shapes: Any,
     target_latent_t: int,
     imgvid_cond_num_frames: int,
@@ -234,6 +222,7 @@ def _condition_key(
     try:
         shapes = tuple(tuple(int(v) for v in shape) for shape in condition_shapes)
         tau = float(noise_aug)
+        int(seed), int(target_latent_t), int(imgvid_cond_num_frames)
     except (TypeError, ValueError):
         return None
     valid = (

@@ -14,10 +14,12 @@ compression with canvases aligned to 32 — through the processor methods upstre
 
 from __future__ import annotations
 
+import subprocess
 import threading
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -28,6 +30,8 @@ from PIL import Image
 __all__ = [
     "StandInHooks",
     "build_pipeline",
+    "synthetic_image",
+    "synthetic_video",
 ]
 
 LATENT_CHANNELS = 24
@@ -319,3 +323,25 @@ def build_pipeline(hooks: StandInHooks | None = None) -> Any:
     pipe._component_on_device = lambda component: nullcontext()
     pipe.hooks = hooks
     return pipe
+
+
+# -- synthetic references -------------------------------------------------------------------------
+
+
+def synthetic_image(path: Path, width: int = 512, height: int = 384) -> Path:
+    """A deterministic PNG reference (a fixed pixel pattern)."""
+    pixels = (np.arange(height * width * 3, dtype=np.int64) * 7919 % 251).astype(np.uint8)
+    Image.fromarray(pixels.reshape(height, width, 3)).save(path)
+    return path
+
+
+def synthetic_video(path: Path, width: int = 320, height: int = 256, seconds: float = 2.5) -> Path:
+    """An H.264 MP4 with an AAC track (ffmpeg's test pattern and a 440 Hz tone), 24 fps."""
+    subprocess.run(
+        ["ffmpeg", "-loglevel", "error", "-y",
+         "-f", "lavfi", "-i", f"testsrc=size={width}x{height}:rate=24:duration={seconds}",
+         "-f", "lavfi", "-i", f"sine=frequency=440:duration={seconds}:sample_rate=16000",
+         "-c:v", "libx264", "-pix_fmt", "yuv420p", "-c:a", "aac", "-shortest", str(path)],
+        check=True,
+    )  # fmt: skip
+    return path

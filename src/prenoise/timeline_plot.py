@@ -7,7 +7,7 @@ from pathlib import Path
 
 from prenoise.tracing import Category, Span
 
-__all__ = ["CATEGORY_COLORS", "plot_timelines"]
+__all__ = ["CAPTION", "CATEGORY_COLORS", "plot_timelines"]
 
 CATEGORY_COLORS = {
     Category.ENCODE: "#4c72b0",
@@ -21,18 +21,37 @@ CATEGORY_COLORS = {
 }
 
 
-def plot_timelines(arms: Mapping[str, Sequence[Span]], path: Path, *, title: str = "") -> Path:
+CAPTION = (
+    "One panel per arm of the same request, one lane per thread (top: the request thread; "
+    "below: preparation workers). Bars are measured spans: encode = text and media encoders; "
+    "noise = draws on the thread that needs them; prepare = draws on a preparation worker; "
+    "wait = the request thread blocked on prepared noise; mix = condition mixing; inputs = "
+    "denoise inputs; then denoise and decode. The outlined box is the whole request. Both arms "
+    "prepare bitwise-identical inputs; the overlapped arm draws during encoding."
+)
+
+
+def plot_timelines(
+    arms: Mapping[str, Sequence[Span]], path: Path, *, title: str = "", caption: str = CAPTION
+) -> Path:
     """Draw each arm's spans (x: seconds from that arm's first span; y: thread lanes).
 
-    REQUEST spans are drawn as a thin outline behind the request thread's lane. Writes a PNG.
+    REQUEST spans are drawn as a thin outline behind the request thread's lane; `caption` is
+    printed under the panels so the PNG explains itself. Writes a PNG.
     """
+    import textwrap
+
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
 
-    fig, axes = plt.subplots(len(arms), 1, figsize=(12, 1.6 + 1.3 * len(arms)), squeeze=False)
+    caption_lines = textwrap.wrap(caption, 150) if caption else []
+    caption_in = 0.18 * len(caption_lines)
+    fig, axes = plt.subplots(
+        len(arms), 1, figsize=(12, 1.6 + 1.3 * len(arms) + caption_in), squeeze=False
+    )
     horizon = max(
         (
             max(s.end_s for s in spans) - min(s.start_s for s in spans)
@@ -75,7 +94,10 @@ def plot_timelines(arms: Mapping[str, Sequence[Span]], path: Path, *, title: str
     fig.legend(handles=handles, loc="upper right", ncols=len(handles), fontsize=8)
     if title:
         fig.suptitle(title, x=0.01, ha="left", fontsize=11)
-    fig.tight_layout(rect=(0, 0, 1, 0.93))
+    bottom = caption_in / fig.get_figheight()
+    if caption_lines:
+        fig.text(0.01, 0.01, "\n".join(caption_lines), ha="left", va="bottom", fontsize=8)
+    fig.tight_layout(rect=(0, bottom + 0.01, 1, 0.93))
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -12,6 +12,8 @@ Core (no pipeline, CLI or integration imports here):
 - `prenoise.cancel`: `Cancelled` — cancel points in draws and preparation.
 - `prenoise.kernel`: `randn`, `fill_normal_`, `randn_keep_prefix` — a compiled CPU normal kernel
   bit-identical to torch (self-checked per process; `PRENOISE_NOISE_BACKEND=torch` forces torch).
+- `prenoise.noise_streams`: named noise streams ("native", "x86", "libm"): one seed, the same
+  noise on x86 and ARM hosts (`randn(..., stream=)`), self-checked against golden digests.
 """
 
 from prenoise.budget import BudgetExceededError, available_memory_bytes
@@ -31,6 +33,7 @@ from prenoise.executor import PreparationExecutor, PreparationStateError, Prepar
 from prenoise.kernel import backend_status, randn
 from prenoise.layouts import Patchify
 from prenoise.mixing import mix_condition, mix_conditions
+from prenoise.noise_streams import NoiseStreamError
 from prenoise.prediction import MismatchPolicy, PredictionEvent, PredictionMismatchError
 from prenoise.rng_guard import GlobalRNGChangedError, global_rng_guard
 from prenoise.tracing import Tracer
@@ -47,6 +50,7 @@ __all__ = [
     "HalfDrawRule",
     "MismatchPolicy",
     "NoisePlan",
+    "NoiseStreamError",
     "Patchify",
     "PredictionEvent",
     "PredictionMismatchError",

@@ -12,6 +12,11 @@ Filling contiguous flat chunks of one buffer with `normal_` reproduces a one-sho
 every chunk but the last is a multiple of 16 elements and the last has at least 16
 (`../shared/notes/torch-cpu-rng.md`, "Chunking").
 
+Noise streams: every run takes a `noise_stream` ("native" by default: local torch's arithmetic;
+"x86" or "libm" for the named cross-machine streams of `prenoise.noise_streams`). A `NoisePlan`
+records its stream; the serial code a non-native run reproduces is torch on a host that draws
+that stream.
+
 Bounds: a draw whose buffer (what the serial code allocates) cannot fit the memory available is
 refused before anything is allocated (`BudgetExceededError`), and a `NoisePlan` can be given a
 byte budget (`max_bytes`). Runs given a `cancel` event fill in chunks of `CANCEL_CHUNK_ELEMS`
@@ -28,7 +33,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from prenoise import kernel
+from prenoise import kernel, noise_streams
 from prenoise.budget import BudgetExceededError, format_bytes, require_fits
 from prenoise.cancel import CancelEvent, raise_if_cancelled
 from prenoise.layouts import Layout
@@ -223,14 +228,19 @@ class Stream:
 
     `source` is either a seed — a fresh `torch.Generator('cpu').manual_seed(seed)` per run — or a
     caller's CPU generator, which is advanced in place exactly as the serial code would advance it.
+    `noise_stream` names the arithmetic ("native", "x86", "libm"); None means "native" when run
+    alone and the plan's stream inside a `NoisePlan`.
     """
 
     name: str
     source: int | torch.Generator
     draws: tuple[Draw, ...]
+    noise_stream: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "draws", tuple(self.draws))
+        if self.noise_stream is not None:
+            noise_streams.check_stream_name(self.noise_stream)
         if isinstance(self.source, torch.Generator) and self.source.device.type != "cpu":
             raise ValueError(f"stream {self.name!r}: generator must be on the CPU")
         if not isinstance(self.source, torch.Generator):
@@ -275,15 +285,25 @@ class NoisePlan:
 
     Construction refuses draws that would take torch's scalar path unless `allow_scalar_path`,
     and, with `max_bytes`, a plan whose `peak_nbytes` exceeds it (`BudgetExceededError`).
+    `noise_stream` is the plan's noise stream ("native", "x86" or "libm"); every stream of the
+    plan runs in it, and a stream that names another one is refused.
     """
 
     streams: tuple[Stream, ...]
     allow_scalar_path: bool = False
     max_bytes: int | None = None
+    noise_stream: str = noise_streams.NATIVE
     _draw_names: tuple[str, ...] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "streams", tuple(self.streams))
+        noise_streams.check_stream_name(self.noise_stream)
+        for stream in self.streams:
+            if stream.noise_stream not in (None, self.noise_stream):
+                raise ValueError(
+                    f"stream {stream.name!r} names noise stream {stream.noise_stream!r} but the "
+                    f"plan's is {self.noise_stream!r}; one plan draws one noise stream"
+                )
         names = [d.name for s in self.streams for d in s.draws]
         if len(set(names)) != len(names):
             raise ValueError(f"duplicate draw names in plan: {names}")
@@ -365,6 +385,7 @@ def fill_normal_(
     chunk_elems: int | None = None,
     allow_scalar_path: bool = False,
     cancel: CancelEvent | None = None,
+    noise_stream: str = noise_streams.NATIVE,
 ) -> torch.Tensor:
     """Fill `out` in place; bitwise equal to `out.normal_(generator=generator)`, state included.
 
@@ -373,7 +394,10 @@ def fill_normal_(
     With `cancel`, chunks default to `CANCEL_CHUNK_ELEMS` and `Cancelled` is raised before the
     first chunk that starts after it is set (`out` and the generator are then partly advanced).
     Refuses (ScalarPathError) outputs that torch would fill on its scalar path, unless allowed.
+    A non-native `noise_stream` gives torch's values in that stream (every dtype; see
+    `prenoise.noise_streams`); `set_fill_backend` applies to the native stream only.
     """
+    noise_streams.check_stream_name(noise_stream)
     if out.device.type != "cpu":
         raise ValueError(f"fill_normal_ needs a CPU tensor, got {out.device}")
     n = out.numel()
@@ -388,6 +412,11 @@ def fill_normal_(
         return out.normal_(generator=generator)
     flat = out.view(-1)
     fill = _fill_backend if out.dtype == torch.float32 else _torch_fill
+    if noise_stream != noise_streams.NATIVE:
+
+        def fill(chunk: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+            return noise_streams.fill_(chunk, generator, noise_stream)
+
     if not chunk_elems:
         chunk_elems = CANCEL_CHUNK_ELEMS if cancel is not None else n + (-n % VECTOR_BLOCK)
     for start, stop in chunk_bounds(n, chunk_elems):
@@ -404,6 +433,7 @@ def run_draw(
     chunk_elems: int | None = None,
     allow_scalar_path: bool = False,
     cancel: CancelEvent | None = None,
+    noise_stream: str = noise_streams.NATIVE,
 ) -> torch.Tensor:
     """Run one draw on `generator` (advanced in place) and return its result.
 
@@ -414,8 +444,11 @@ def run_draw(
 
     Refuses, before allocating, a draw whose `peak_nbytes` exceed the memory available now
     (`BudgetExceededError`): its serial code could not run either. With `cancel`, the fill stops
-    between chunks once the event is set (`Cancelled`; see `fill_normal_`).
+    between chunks once the event is set (`Cancelled`; see `fill_normal_`). `noise_stream`
+    names the arithmetic (see `fill_normal_`).
     """
+    noise_streams.check_stream_name(noise_stream)
+    native = noise_stream == noise_streams.NATIVE
     raise_if_cancelled(cancel, f"draw {draw.name!r}")
     if draw.peak_nbytes >= _CHECK_MIN_BYTES:
         require_fits(
@@ -426,17 +459,24 @@ def run_draw(
     if draw.native_half:
         if out is not None:
             raise ValueError(f"draw {draw.name!r}: a native half draw cannot fill a buffer")
-        full = torch.randn(draw.shape, dtype=draw.dtype, generator=generator)
+        if native:
+            full = torch.randn(draw.shape, dtype=draw.dtype, generator=generator)
+        else:
+            full = noise_streams.randn(
+                draw.shape, generator=generator, stream=noise_stream, dtype=draw.dtype
+            )
     elif (
         draw.keep is not None
         and out is None
         and chunk_elems is None
         and draw.draw_dtype == torch.float32
-        and _fill_backend is _kernel_fill
+        and (_fill_backend is _kernel_fill or not native)
         and not draw.takes_scalar_path
     ):
         # Dependent noise: transform only the kept values, skip the rest of the stream.
-        kept = kernel.randn_keep_prefix(draw.shape, draw.keep, generator=generator)
+        kept = kernel.randn_keep_prefix(
+            draw.shape, draw.keep, generator=generator, stream=noise_stream
+        )
         raise_if_cancelled(cancel, f"draw {draw.name!r}")
         return _finish(draw, kept)
     else:
@@ -453,6 +493,7 @@ def run_draw(
             chunk_elems=chunk_elems,
             allow_scalar_path=allow_scalar_path,
             cancel=cancel,
+            noise_stream=noise_stream,
         )
     kept = full
     if draw.keep is not None:
@@ -475,8 +516,18 @@ def run_stream(
     chunk_elems: int | None = None,
     allow_scalar_path: bool = False,
     cancel: CancelEvent | None = None,
+    noise_stream: str | None = None,
 ) -> dict[str, torch.Tensor]:
-    """Run a stream's draws in order on its generator; returns `{draw name: tensor}`."""
+    """Run a stream's draws in order on its generator; returns `{draw name: tensor}`.
+
+    The noise stream is `noise_stream`, else `stream.noise_stream`, else "native"; naming one
+    that differs from `stream.noise_stream` is refused (`ValueError`).
+    """
+    if noise_stream is not None and stream.noise_stream not in (None, noise_stream):
+        raise ValueError(
+            f"stream {stream.name!r} is declared {stream.noise_stream!r}, run as {noise_stream!r}"
+        )
+    chosen = noise_stream or stream.noise_stream or noise_streams.NATIVE
     generator = stream.generator()
     return {
         d.name: run_draw(
@@ -485,6 +536,7 @@ def run_stream(
             chunk_elems=chunk_elems,
             allow_scalar_path=allow_scalar_path,
             cancel=cancel,
+            noise_stream=chosen,
         )
         for d in stream.draws
     }
@@ -493,7 +545,8 @@ def run_stream(
 def run_plan(
     plan: NoisePlan, *, chunk_elems: int | None = None, cancel: CancelEvent | None = None
 ) -> dict[str, torch.Tensor]:
-    """Run every stream of `plan` serially on this thread; returns `{draw name: tensor}`."""
+    """Run every stream of `plan` serially on this thread, in `plan.noise_stream`; returns
+    `{draw name: tensor}`."""
     results: dict[str, torch.Tensor] = {}
     for stream in plan.streams:
         results.update(
@@ -502,6 +555,7 @@ def run_plan(
                 chunk_elems=chunk_elems,
                 allow_scalar_path=plan.allow_scalar_path,
                 cancel=cancel,
+                noise_stream=plan.noise_stream,
             )
         )
     return results

@@ -229,9 +229,17 @@ def _fill_with(out: torch.Tensor, generator: torch.Generator, threads: int, code
 
 
 def _keep_prefix_with(
-    shape: tuple[int, ...], keep: tuple[int, ...], generator: torch.Generator, code: int
+    shape: tuple[int, ...],
+    keep: tuple[int, ...],
+    generator: torch.Generator,
+    code: int,
+    *,
+    fallback: bool = True,
 ) -> torch.Tensor:
-    """Kernel version of draw-then-slice for ``math.prod(shape) >= 16`` (see randn_keep_prefix)."""
+    """Kernel version of draw-then-slice for ``math.prod(shape) >= 16`` (see randn_keep_prefix).
+
+    A generator position the kernel does not model is drawn by torch, or with ``fallback=False``
+    (a non-native noise stream, which torch may not draw) raises ``ValueError``."""
     assert _ext is not None
     k = len(keep)
     out_shape = keep + shape[k:]
@@ -259,6 +267,8 @@ def _keep_prefix_with(
             code,
         )
     except ValueError:  # unsupported generator position
+        if not fallback:
+            raise
         return _slice_prefix(torch.randn(shape, generator=generator), keep)
     generator.set_state(state)
     return out
@@ -330,14 +340,24 @@ def _kernel_can_fill(out: torch.Tensor, generator: torch.Generator) -> bool:
 
 
 def fill_normal_(
-    out: torch.Tensor, generator: torch.Generator, *, threads: int | None = None
+    out: torch.Tensor,
+    generator: torch.Generator,
+    *,
+    threads: int | None = None,
+    stream: str = "native",
 ) -> torch.Tensor:
     """Exactly ``out.normal_(generator=generator)``: same values, same final generator state.
 
     The kernel serves contiguous float32 CPU tensors with at least ``KERNEL_MIN_NUMEL`` elements;
     anything else (including small tensors, where torch is cheaper) is delegated to torch.
     ``threads`` (default: 2 for >= 1M elements, else 1) never changes the result. Returns ``out``.
+    ``stream="x86"``/``"libm"`` draws that named stream instead of local torch's
+    (:mod:`prenoise.noise_streams`).
     """
+    if stream != "native":
+        from prenoise import noise_streams
+
+        return noise_streams.fill_(out, generator, stream, threads=threads)
     code = _active_code()
     if code < 0 or not _kernel_can_fill(out, generator):
         return out.normal_(generator=generator)
@@ -356,6 +376,7 @@ def randn(
     dtype: torch.dtype = torch.float32,
     out: torch.Tensor | None = None,
     threads: int | None = None,
+    stream: str = "native",
 ) -> torch.Tensor:
     """Exactly ``torch.randn(shape, generator=generator, dtype=dtype, out=out)`` on the CPU.
 
@@ -363,7 +384,15 @@ def randn(
     (numel >= 16) and bf16/f16 when numel % 16 == 0 (drawn in float32 and rounded, which is what
     torch does then); every other case is delegated to torch. ``out``, if given, must be a
     contiguous CPU tensor of ``shape`` and ``dtype`` for the kernel to fill it in place.
+    ``stream="x86"``/``"libm"`` draws what torch draws on an x86 AVX2 / a libm (aarch64) host
+    instead, on any host (:mod:`prenoise.noise_streams`; self-checked, refused if not exact).
     """
+    if stream != "native":
+        from prenoise import noise_streams
+
+        return noise_streams.randn(
+            shape, generator=generator, stream=stream, dtype=dtype, out=out, threads=threads
+        )
     size = _as_shape(shape)
     n = math.prod(size)
     code = _active_code()
@@ -408,6 +437,7 @@ def randn_keep_prefix(
     *,
     generator: torch.Generator,
     threads: int | None = None,
+    stream: str = "native",
 ) -> torch.Tensor:
     """Exactly ``torch.randn(shape, generator=generator)[:keep[0], ..., :keep[-1]].contiguous()``.
 
@@ -415,8 +445,13 @@ def randn_keep_prefix(
     hold kept values (plus the ragged last block, which torch recomputes) are transformed; the
     other MT19937 words are skipped by twisting alone. ``keep`` gives prefix lengths for the
     leading ``len(keep)`` dims. ``threads`` is accepted for API symmetry; the skip is one thread.
+    ``stream`` names a noise stream (see :func:`randn`).
     """
     del threads  # the work left (twisting over skipped words) is sequential by nature
+    if stream != "native":
+        from prenoise import noise_streams
+
+        return noise_streams.randn_keep_prefix(shape, keep, generator=generator, stream=stream)
     size, kept = _as_shape(shape), _as_shape(keep)
     if len(kept) > len(size) or any(not 0 <= k <= s for k, s in zip(kept, size, strict=False)):
         raise ValueError(f"keep {kept} is not a prefix selection of shape {size}")

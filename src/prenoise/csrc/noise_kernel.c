@@ -13,9 +13,12 @@
  *   next_float_normal_sample | 5052: bool valid | 5056 bytes in all (with padding).
  * at::mt19937 reads a word with `if (--left == 0) twist(); return temper(state[next++]);`.
  */
+#ifndef PRENOISE_NO_PYTHON /* stream_dump.c includes this file without Python */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#endif
 
+#include <fenv.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -80,6 +83,10 @@ static void uniforms(mt_t *mt, float *dst, int64_t k, int backend) {
 }
 
 static void box_muller(const float *src, float *dst, int64_t nblocks, int backend) {
+    if (backend == BACKEND_PORTABLE) {
+        bm_blocks_portable(src, dst, nblocks);
+        return;
+    }
 #ifdef PRENOISE_HAVE_AVX2_BUILD
     if (backend == BACKEND_AVX512) {
         bm_blocks_avx512(src, dst, nblocks);
@@ -285,6 +292,54 @@ static void fill_runs_f32(float *out, int64_t n, const int64_t *starts, int64_t 
     }
 }
 
+/* ------------------------------------------------------------------ float64 */
+
+/* torch's double uniform: two words (first = high half), the low 53 bits times 2^-53. */
+static void mt_uniforms_f64(mt_t *mt, double *dst, int64_t k) {
+    uint32_t w[2];
+    for (int64_t i = 0; i < k; i++) {
+        for (int h = 0; h < 2; h++) {
+            if (mt->idx == MT_N) {
+                mt_twist_block(mt->s);
+                mt->idx = 0;
+            }
+            uint32_t y = mt->s[mt->idx++];
+            y ^= y >> 11;
+            y ^= (y << 7) & 0x9d2c5680u;
+            y ^= (y << 15) & 0xefc60000u;
+            y ^= y >> 18;
+            w[h] = y;
+        }
+        const uint64_t v = (((uint64_t)w[0] << 32) | w[1]) & ((1ull << 53) - 1);
+        dst[i] = (double)v * 0x1p-53;
+    }
+}
+
+/* torch's generic NormalFill16<double> (every CPU: double libm log/cos/sin, no vector path). */
+static void bm_blocks_f64(double *d, int64_t nblocks) {
+    for (int64_t b = 0; b < nblocks; b++, d += 16) {
+        for (int j = 0; j < 8; j++) {
+            const double u1 = 1.0 - d[j];
+            const double u2 = d[j + 8];
+            const double radius = sqrt(-2.0 * log(u1));
+            const double theta = 2.0 * 3.14159265358979323846 * u2;
+            d[j] = fma(radius * cos(theta), 1.0, 0.0);
+            d[j + 8] = fma(radius * sin(theta), 1.0, 0.0);
+        }
+    }
+}
+
+/* The whole float64 draw, as torch: n uniforms, blocks in place, ragged tail recomputed. */
+static void fill_f64(double *out, int64_t n, mt_t *mt) {
+    mt_uniforms_f64(mt, out, n);
+    bm_blocks_f64(out, n / 16);
+    if (n % 16) {
+        mt_uniforms_f64(mt, out + n - 16, 16);
+        bm_blocks_f64(out + n - 16, 1);
+    }
+}
+
+#ifndef PRENOISE_NO_PYTHON
 /* ------------------------------------------------------------------ Python bindings */
 
 static int parse_state(unsigned long long addr, Py_ssize_t nbytes, mt_t *mt) {
@@ -301,7 +356,11 @@ static int parse_state(unsigned long long addr, Py_ssize_t nbytes, mt_t *mt) {
 }
 
 static int check_backend(int backend) {
-    if (backend == BACKEND_SCALAR || (backend == BACKEND_AVX2 && cpu_has_avx2_fma()) ||
+    if (backend == BACKEND_PORTABLE && fegetround() != FE_TONEAREST) {
+        PyErr_SetString(PyExc_ValueError, "the portable stream needs round-to-nearest");
+        return -1;
+    }
+    if (backend == BACKEND_SCALAR || backend == BACKEND_PORTABLE || (backend == BACKEND_AVX2 && cpu_has_avx2_fma()) ||
         (backend == BACKEND_AVX512 && cpu_has_avx512f()))
         return 0;
     PyErr_Format(PyExc_ValueError, "backend %d is not available on this CPU", backend);
@@ -380,6 +439,28 @@ static PyObject *py_fill_runs_f32(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+PyDoc_STRVAR(py_fill_f64_doc,
+             "fill_f64(out_addr, n, state_addr, state_nbytes)\n\n"
+             "Writes torch's normal_() values for n >= 16 contiguous float64 at out_addr (the\n"
+             "double libm arithmetic of every CPU) and updates the generator state in place.");
+
+static PyObject *py_fill_f64(PyObject *self, PyObject *args) {
+    unsigned long long out_addr, state_addr;
+    long long n;
+    Py_ssize_t nbytes;
+    mt_t *mt;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "KLKn", &out_addr, &n, &state_addr, &nbytes)) return NULL;
+    if (n < 16) return PyErr_Format(PyExc_ValueError, "n must be >= 16, got %lld", n);
+    if (!(mt = new_state(state_addr, nbytes))) return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    fill_f64((double *)(uintptr_t)out_addr, n, mt);
+    state_store((uint8_t *)(uintptr_t)state_addr, mt);
+    Py_END_ALLOW_THREADS
+    free(mt);
+    Py_RETURN_NONE;
+}
+
 static PyObject *py_available_backends(PyObject *self, PyObject *unused) {
     (void)self, (void)unused;
     if (cpu_has_avx512f())
@@ -418,6 +499,7 @@ static PyMethodDef methods[] = {
      "advise_huge_pages(ptr, nbytes) -> bytes advised MADV_HUGEPAGE (fresh memory only)."},
     {"fill_f32", py_fill_f32, METH_VARARGS, py_fill_f32_doc},
     {"fill_runs_f32", py_fill_runs_f32, METH_VARARGS, py_fill_runs_f32_doc},
+    {"fill_f64", py_fill_f64, METH_VARARGS, py_fill_f64_doc},
     {"available_backends", py_available_backends, METH_NOARGS,
      "Backend codes this build and CPU can run, fastest first."},
     {NULL, NULL, 0, NULL},
@@ -434,9 +516,11 @@ PyMODINIT_FUNC PyInit__noise_kernel(void) {
     if (m && (PyModule_AddIntConstant(m, "BACKEND_SCALAR", BACKEND_SCALAR) < 0 ||
               PyModule_AddIntConstant(m, "BACKEND_AVX2", BACKEND_AVX2) < 0 ||
               PyModule_AddIntConstant(m, "BACKEND_AVX512", BACKEND_AVX512) < 0 ||
+              PyModule_AddIntConstant(m, "BACKEND_PORTABLE", BACKEND_PORTABLE) < 0 ||
               PyModule_AddIntConstant(m, "STATE_BYTES", STATE_BYTES) < 0)) {
         Py_DECREF(m);
         return NULL;
     }
     return m;
 }
+#endif /* PRENOISE_NO_PYTHON */

@@ -22,8 +22,9 @@ typedef struct {
 } mt_t;
 
 /* Box-Muller back ends, in the order of the Python-side names. */
-/* AVX512 runs the AVX2 arithmetic on 16 lanes (same bits) and shares its MT code. */
-enum { BACKEND_SCALAR = 0, BACKEND_AVX2 = 1, BACKEND_AVX512 = 2 };
+/* AVX512 runs the AVX2 arithmetic on 16 lanes (same bits) and shares its MT code. PORTABLE is
+ * the same arithmetic again in plain C (box_muller_portable.c): the x86 stream on any CPU. */
+enum { BACKEND_SCALAR = 0, BACKEND_AVX2 = 1, BACKEND_AVX512 = 2, BACKEND_PORTABLE = 3 };
 
 /* Regenerates all 624 words in place (the MT19937 "twist"), exactly as at::mt19937. */
 static inline void mt_twist_block(uint32_t *s) {
@@ -74,6 +75,8 @@ static inline void mt_uniforms_impl(mt_t *mt, float *dst, int64_t k, twist_fn tw
 void bm_blocks_scalar(const float *src, float *dst, int64_t nblocks);
 /* Fills dst with the next k uniforms of the stream. */
 void mt_uniforms_scalar(mt_t *mt, float *dst, int64_t k);
+/* torch's AVX2 arithmetic (the x86 stream) in portable C99: any CPU, bit-identical. */
+void bm_blocks_portable(const float *src, float *dst, int64_t nblocks);
 
 #if defined(__x86_64__) || defined(__i386__)
 #define PRENOISE_HAVE_AVX2_BUILD 1

@@ -63,8 +63,41 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     table.add_row("torch CPU capability", torch.backends.cpu.get_cpu_capability())
     table.add_row("torch intra-op threads", str(torch.get_num_threads()))
     table.add_row("CUDA", torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none")
+    _noise_stream_rows(table)
     console.print(table)
     return 0
+
+
+def _noise_stream_rows(table: Table) -> None:
+    """Which stream local torch draws; which streams this build can draw, self-checked."""
+    from prenoise import noise_streams
+
+    table.add_row("local torch draws stream", noise_streams.local_torch_stream())
+    usable = ["native"]
+    for stream in noise_streams.NON_NATIVE_STREAMS:
+        status = noise_streams.stream_status(stream)
+        table.add_row(f"stream {stream!r} self-check", status.summary())
+        if status.usable:
+            usable.append(stream)
+    table.add_row("streams this build can draw", ", ".join(usable))
+
+
+def _cmd_stream_digest(args: argparse.Namespace) -> int:
+    from prenoise.noise_streams import stream_digest
+
+    print(stream_digest(args.stream, args.seed, args.count, args.dtype))
+    return 0
+
+
+def _counts(text: str) -> list[int]:
+    """`--count`: one element count >= 16, or several comma-separated (drawn in order)."""
+    try:
+        counts = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a count or count list: {text!r}") from None
+    if any(n < 16 or n > 1 << 33 for n in counts):
+        raise argparse.ArgumentTypeError(f"each count must be in [16, 2**33], got {text!r}")
+    return counts
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
@@ -84,6 +117,7 @@ def _user_errors() -> tuple[type[Exception], ...]:
     """Errors caused by the user's input: reported in one line, exit status 2."""
     from prenoise.budget import BudgetExceededError
     from prenoise.env import EnvVarError
+    from prenoise.noise_streams import NoiseStreamError
     from prenoise.prediction import PredictionMismatchError
     from prenoise.ref2va.checkpoint import CheckpointError
     from prenoise.ref2va.config import RecipeError
@@ -99,6 +133,7 @@ def _user_errors() -> tuple[type[Exception], ...]:
         UsageError,
         EnvVarError,
         BudgetExceededError,
+        NoiseStreamError,
     )
 
 
@@ -327,6 +362,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     doctor = sub.add_parser("doctor", help="which noise backend is active, and why")
     doctor.set_defaults(func=_cmd_doctor)
+
+    digest = sub.add_parser(
+        "stream-digest",
+        help="sha256 of a noise stream's raw bytes, to compare machines "
+        "(make aarch64-stream-digest prints the emulated aarch64 one)",
+    )
+    digest.add_argument("--stream", choices=("native", "x86", "libm"), required=True)
+    digest.add_argument("--seed", type=seed, required=True)
+    digest.add_argument("--count", type=_counts, required=True, help="N or N1,N2,... (>= 16)")
+    digest.add_argument("--dtype", choices=("float32", "bfloat16", "float64"), default="float32")
+    digest.set_defaults(func=_cmd_stream_digest)
 
     serve = sub.add_parser("serve", help="HTTP service: queue Ref2VA requests on one model")
     serve.add_argument("--recipe", required=True, type=Path, help="models + request defaults")

@@ -61,6 +61,7 @@ __all__ = [
     "local_torch_stream",
     "randn",
     "randn_keep_prefix",
+    "stream_digest",
     "stream_status",
 ]
 
@@ -387,3 +388,27 @@ def _torch_digest(case: dict[str, Any]) -> str:
     g = torch.Generator().manual_seed(int(case["seed"]))
     parts = [torch.randn(int(n), generator=g) for n in case["counts"]]
     return hashlib.sha256(b"".join(p.numpy().tobytes() for p in parts)).hexdigest()
+
+
+def stream_digest(stream: str, seed: int, counts: Sequence[int], dtype: str) -> str:
+    """sha256 (hex) of the raw little-endian bytes of ``counts`` draws made one after another on
+    ``Generator().manual_seed(seed)`` in ``stream`` — what ``prenoise stream-digest`` prints and
+    ``stream_dump`` (the C core alone, e.g. an emulated aarch64 build) reproduces."""
+    from prenoise.budget import require_fits
+    from prenoise.seeds import check_seed_range
+
+    check_stream_name(stream)
+    if dtype not in _DTYPES:
+        raise ValueError(f"dtype {dtype!r} not one of {', '.join(_DTYPES)}")
+    if not counts or any(n < _MIN for n in counts):
+        raise ValueError(f"every count must be >= {_MIN} (torch's vector path), got {counts}")
+    check_seed_range(seed)
+    torch_dtype = _DTYPES[dtype]
+    itemsize = torch.empty((), dtype=torch_dtype).element_size()
+    require_fits(2 * max(counts) * max(itemsize, 4), f"a draw of {max(counts)} values", fix="")
+    g = torch.Generator().manual_seed(seed)
+    digest = hashlib.sha256()
+    for n in counts:
+        values = randn(n, generator=g, stream=stream, dtype=torch_dtype)
+        digest.update(values.view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()

@@ -5,6 +5,8 @@ For request seed `s`, every stream uses its own fresh CPU generator seeded `s`:
 2. `initial_audio_noise`: `randn(2·audio_t, 32)`;
 3. `visual_condition_noise`: per visual condition k, in order, `randn(1, 24, full_t, h_k, w_k)`
    with `full_t = max(T + n_visual, t_k)`, keep `[:, :, :t_k]`, patchify; rows concatenated.
+Every stream is drawn in one noise stream (`noise_stream`, default "native"; see
+`prenoise.noise_streams`).
 """
 
 from __future__ import annotations
@@ -34,7 +36,13 @@ LatentShape = tuple[int, int, int]
 
 
 def initial_noise_streams(
-    seed: int, latent_t: int, latent_h: int, latent_w: int, audio_t: int
+    seed: int,
+    latent_t: int,
+    latent_h: int,
+    latent_w: int,
+    audio_t: int,
+    *,
+    noise_stream: str = "native",
 ) -> tuple[Stream, Stream]:
     """The video and audio initial-noise streams (two generators, both seeded `seed`)."""
     video = Stream(
@@ -47,15 +55,23 @@ def initial_noise_streams(
                 layout=Patchify(),
             ),
         ),
+        noise_stream=noise_stream,
     )
     audio = Stream(
-        "initial_audio_noise", seed, (Draw("initial_audio_noise", (2 * audio_t, AUDIO_FEATURES)),)
+        "initial_audio_noise",
+        seed,
+        (Draw("initial_audio_noise", (2 * audio_t, AUDIO_FEATURES)),),
+        noise_stream=noise_stream,
     )
     return video, audio
 
 
 def condition_streams(
-    seed: int, latent_t: int, condition_shapes: Sequence[LatentShape]
+    seed: int,
+    latent_t: int,
+    condition_shapes: Sequence[LatentShape],
+    *,
+    noise_stream: str = "native",
 ) -> tuple[Stream, ...]:
     """One fresh-generator stream per visual condition (the dependent-noise rule)."""
     n_visual = len(condition_shapes)
@@ -68,7 +84,9 @@ def condition_streams(
             keep=(1, LATENT_CHANNELS, t_k),
             layout=Patchify(),
         )
-        streams.append(Stream(f"visual_condition_noise.{k}", seed, (draw,)))
+        streams.append(
+            Stream(f"visual_condition_noise.{k}", seed, (draw,), noise_stream=noise_stream)
+        )
     return tuple(streams)
 
 
@@ -77,11 +95,13 @@ def draw_condition_noise(
     latent_t: int,
     condition_shapes: Sequence[LatentShape],
     cancel: CancelEvent | None = None,
+    *,
+    noise_stream: str = "native",
 ) -> torch.Tensor | None:
     """Draw every visual condition's noise and concatenate the rows (None without conditions)."""
     parts = [
         tensor
-        for stream in condition_streams(seed, latent_t, condition_shapes)
+        for stream in condition_streams(seed, latent_t, condition_shapes, noise_stream=noise_stream)
         for tensor in run_stream(stream, cancel=cancel).values()
     ]
     if not parts:

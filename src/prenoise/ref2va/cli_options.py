@@ -44,6 +44,12 @@ def add_request_arguments(parser: argparse.ArgumentParser) -> None:
         help="image, video or audio reference (repeatable); replaces the recipe's references",
     )
     parser.add_argument("--seed", type=int)
+    parser.add_argument(
+        "--noise-stream",
+        choices=("native", "x86", "libm"),
+        help="noise arithmetic: native (local torch, default), or x86/libm: the same noise "
+        "on every machine (opt-in; replaces the recipe's noise_stream)",
+    )
     parser.add_argument("--duration", type=float, help="seconds (replaces frames)")
     parser.add_argument("--frames", type=int, help="frames (replaces duration)")
     parser.add_argument("--width", type=int)
@@ -60,7 +66,16 @@ def add_request_arguments(parser: argparse.ArgumentParser) -> None:
 def recipe_from_args(args: argparse.Namespace) -> Recipe:
     """Load the recipe and apply the overrides; validation errors name the key and file."""
     overrides: dict[str, Any] = {}
-    for key in ("prompt", "seed", "steps", "shift_video", "shift_audio", "outputs", "device"):
+    for key in (
+        "prompt",
+        "seed",
+        "noise_stream",
+        "steps",
+        "shift_video",
+        "shift_audio",
+        "outputs",
+        "device",
+    ):
         value = getattr(args, key, None)
         if value is not None:
             overrides[key] = value

@@ -10,6 +10,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from prenoise.devices import check_device
+from prenoise.noise_streams import NoiseStreamError, stream_status
 from prenoise.ref2va import geometry
 from prenoise.ref2va.audio_vae import AudioVAEConfig
 from prenoise.ref2va.limits import Limits
@@ -84,7 +85,11 @@ class ParallelConfig(BaseModel):
 
 
 class Recipe(BaseModel):
-    """One Ref2VA request: prompt, references, length, size, seed, sampling and outputs."""
+    """One Ref2VA request: prompt, references, length, size, seed, sampling and outputs.
+
+    ``noise_stream`` picks the arithmetic of the noise (``prenoise.noise_streams``): "native"
+    (default, local torch's), or the opt-in cross-machine streams "x86" and "libm", which give
+    the same noise for a seed on x86 and ARM hosts but differ from local torch on one of them."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
@@ -99,6 +104,7 @@ class Recipe(BaseModel):
     aspect: str = "16:9"
     orientation: Literal["landscape", "portrait"] = "landscape"
     seed: int = 42
+    noise_stream: Literal["native", "x86", "libm"] = "native"
     steps: int = Field(default=50, ge=1)
     shift_video: float = Field(default=12.0, gt=0)
     shift_audio: float = Field(default=3.0, gt=0)
@@ -132,6 +138,21 @@ class Recipe(BaseModel):
         """What the run would refuse late (after models load) is refused here instead."""
         check_seed_range(self.seed, self.outputs)  # every output's seed, not just the first
         check_device(self.device)
+        if self.noise_stream != "native":
+            # A stream this host cannot draw exactly is refused now, not after models load.
+            try:
+                status = stream_status(self.noise_stream)
+            except NoiseStreamError as exc:
+                raise ValueError(str(exc)) from None
+            if not status.usable:
+                raise ValueError(
+                    f"noise_stream {self.noise_stream!r} is refused on this host: "
+                    f"{status.float32_error}"
+                )
+            if self.parallel is not None:
+                raise ValueError(
+                    "noise_stream other than 'native' is not supported with parallel runs yet"
+                )
         if self.tau_audio != 1.0:
             raise ValueError(
                 f"tau_audio must be 1.0 (got {self.tau_audio}): the Ref2VA contract defines no "

@@ -171,7 +171,9 @@ class Ref2VAPipeline:
                         tracer=tracer,
                         cancel=cancel,
                     )
-                noise = self._draw_serial(recipe.output_seed(0), geo, conditioning, tracer, cancel)
+                noise = self._draw_serial(
+                    recipe, recipe.output_seed(0), geo, conditioning, tracer, cancel
+                )
                 events, used = [], False
             inputs = self._build_inputs(recipe, conditioning, noise, tracer)
             prepared = PreparedOutput(0, recipe.output_seed(0), inputs, used)
@@ -219,7 +221,9 @@ class Ref2VAPipeline:
     ) -> NoiseFields:
         """The contract's draws for output `index` (seed + index), on the calling thread."""
         geo = recipe.geometry()
-        return self._draw_serial(recipe.output_seed(index), geo, conditioning, tracer, cancel)
+        return self._draw_serial(
+            recipe, recipe.output_seed(index), geo, conditioning, tracer, cancel
+        )
 
     def prepare_outputs(
         self,
@@ -242,6 +246,7 @@ class Ref2VAPipeline:
 
     def _draw_serial(
         self,
+        recipe: Recipe,
         seed: int,
         geo: RequestGeometry,
         conditioning: Conditioning,
@@ -250,13 +255,18 @@ class Ref2VAPipeline:
     ) -> NoiseFields:
         if self.noise_source is not None:
             return self.noise_source(seed, geo, conditioning.visual_shapes, tracer)
-        video, audio = initial_noise_streams(seed, geo.T, geo.h, geo.w, geo.audio_t)
+        stream = recipe.noise_stream
+        video, audio = initial_noise_streams(
+            seed, geo.T, geo.h, geo.w, geo.audio_t, noise_stream=stream
+        )
         with tracer.span("draw:initial_video_noise", Category.NOISE):
             video_noise = run_stream(video, cancel=cancel)["initial_video_noise"]
         with tracer.span("draw:initial_audio_noise", Category.NOISE):
             audio_noise = run_stream(audio, cancel=cancel)["initial_audio_noise"]
         with tracer.span("draw:visual_condition_noise", Category.NOISE):
-            cond_noise = draw_condition_noise(seed, geo.T, conditioning.visual_shapes, cancel)
+            cond_noise = draw_condition_noise(
+                seed, geo.T, conditioning.visual_shapes, cancel, noise_stream=stream
+            )
         return NoiseFields(video_noise, audio_noise, cond_noise)
 
     def _prepare_overlapped(
@@ -276,14 +286,19 @@ class Ref2VAPipeline:
                 for spec, header in zip(recipe.references, headers, strict=True)
                 if (shape := predict_reference_shape(spec, vae, width, height, header)) is not None
             ]
-        video, audio = initial_noise_streams(seed, geo.T, geo.h, geo.w, geo.audio_t)
+        stream = recipe.noise_stream
+        video, audio = initial_noise_streams(
+            seed, geo.T, geo.h, geo.w, geo.audio_t, noise_stream=stream
+        )
         with PreparationExecutor(name="ref2va-prep", tracer=tracer, cancel=cancel) as prep:
             # The draws poll the executor's event: set by `cancel`, or when the block exits early.
             stop = prep.cancel_event
             cond_jobs = [
                 prep.submit(stream.name, partial(run_stream, stream, cancel=stop), predicted=shape)
                 for stream, shape in zip(
-                    condition_streams(seed, geo.T, predicted), predicted, strict=True
+                    condition_streams(seed, geo.T, predicted, noise_stream=stream),
+                    predicted,
+                    strict=True,
                 )
             ]
             video_job = prep.submit(video.name, partial(run_stream, video, cancel=stop))
@@ -297,7 +312,7 @@ class Ref2VAPipeline:
                     f"predicted {len(predicted)} visual conditions, encoded {len(actual)}"
                 )
             with tracer.span("take:noise", Category.NOISE):
-                fallback = condition_streams(seed, geo.T, actual)
+                fallback = condition_streams(seed, geo.T, actual, noise_stream=stream)
                 parts = [
                     prep.take(
                         job,

@@ -84,6 +84,7 @@ class VideoRequest(BaseModel):
 
     prompt: str | None = Field(default=None, min_length=1, max_length=4000)
     seed: int | None = Field(default=None, ge=SEED_MIN, le=SEED_MAX)  # + outputs: Recipe checks
+    noise_stream: Literal["native", "x86", "libm"] | None = None  # opt-in cross-machine noise
     duration: float | None = Field(default=None, gt=0)
     frames: int | None = Field(default=None, ge=1)
     width: int | None = Field(default=None, ge=32)
@@ -119,7 +120,7 @@ def parse_request(data: Any) -> VideoRequest:
 
 def _overrides(req: VideoRequest) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for key in ("prompt", "seed", "steps", "shift_video", "shift_audio", "outputs"):
+    for key in ("prompt", "seed", "noise_stream", "steps", "shift_video", "shift_audio", "outputs"):
         value = getattr(req, key)
         if value is not None:
             out[key] = value

@@ -15,6 +15,7 @@ import sys
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from prenoise.executor import PreparationExecutor
@@ -29,6 +30,11 @@ from prenoise.integrations.diffusers.patching import (
 from prenoise.integrations.diffusers.plan import PlannedDraw, Unpredictable, call_generators
 from prenoise.integrations.diffusers.queue import ReplayQueue
 from prenoise.integrations.diffusers.registry import TESTED_DIFFUSERS_VERSIONS, planner_for
+from prenoise.integrations.diffusers.streams import (
+    StreamTarget,
+    noise_stream_of,
+    stream_randn_tensor,
+)
 
 __all__ = ["CallReport", "overlapped_call", "overlapped_call_with_report", "plan_call"]
 
@@ -56,7 +62,8 @@ class CallReport:
     `overlapped` is False when the plain call ran from the start (`reason` says why). `planned`
     lists the prepared draws, `served` how many the pipeline consumed, `left_plan` why the rest
     were discarded (the generators were set back; the output is the plain call's either way),
-    and `wait_s` the request thread's time blocked on prepared draws.
+    and `wait_s` the request thread's time blocked on prepared draws. `stream` is the noise
+    stream every draw of the call was made in (see `enable(pipe, stream=...)`).
     """
 
     pipeline: str
@@ -66,6 +73,7 @@ class CallReport:
     served: int = 0
     left_plan: str | None = None
     wait_s: float = 0.0
+    stream: str = "native"
 
 
 def plan_call(pipe: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> list[PlannedDraw]:
@@ -115,17 +123,25 @@ def plan_call(pipe: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> list[Pl
 def overlapped_call_with_report(pipe: Any, *args: Any, **kwargs: Any) -> tuple[Any, CallReport]:
     """`overlapped_call`, also returning a `CallReport` of how the call ran."""
     cls = original_class(pipe)
-    plain = cls.__call__
     name = cls.__name__
+    stream = noise_stream_of(pipe)
+    plain = cls.__call__
+    fall_through: Any = plain
+    fallback = None
+    if stream != "native":  # every draw of the call in the stream, even on the plain path
+        fallback = partial(stream_randn_tensor, stream)
+        fall_through = partial(_plain_in_stream, plain, stream)
     try:
         planned = plan_call(pipe, args, kwargs)
-        queue = ReplayQueue(planned)
+        queue = ReplayQueue(planned, stream, fallback)
     except Unpredictable as why:
         log_once(name, why.key, why.reason)
-        return plain(pipe, *args, **kwargs), CallReport(name, False, why.reason)
+        output = fall_through(pipe, *args, **kwargs)
+        return output, CallReport(name, False, why.reason, stream=stream)
     except ValueError as error:
         log_once(name, "draw", str(error))
-        return plain(pipe, *args, **kwargs), CallReport(name, False, str(error))
+        output = fall_through(pipe, *args, **kwargs)
+        return output, CallReport(name, False, str(error), stream=stream)
     with PreparationExecutor(name="prenoise-diffusers") as executor:
         queue.start(executor)
         try:
@@ -144,8 +160,15 @@ def overlapped_call_with_report(pipe: Any, *args: Any, **kwargs: Any) -> tuple[A
         served=queue.served,
         left_plan=left,
         wait_s=queue.wait_s,
+        stream=stream,
     )
     return output, report
+
+
+def _plain_in_stream(plain: Any, stream: str, pipe: Any, *args: Any, **kwargs: Any) -> Any:
+    """The plain call with every `randn_tensor` draw made in the non-native `stream`."""
+    with replay_context(StreamTarget(stream)):
+        return plain(pipe, *args, **kwargs)
 
 
 def overlapped_call(pipe: Any, *args: Any, **kwargs: Any) -> Any:

@@ -53,18 +53,43 @@ def _overlapped_subclass(cls: type) -> type:
         return sub
 
 
-def enable(pipe: Any) -> Any:
+def enable(pipe: Any, stream: str = "native") -> Any:
     """Make plain `pipe(...)` calls of this instance run as `overlapped_call(pipe, ...)`.
 
-    Idempotent; returns `pipe`. Outputs are unchanged bit for bit (see `overlapped_call`).
+    Idempotent; returns `pipe`. With `stream="native"` (default) outputs are unchanged bit for
+    bit (see `overlapped_call`). `stream="x86"` or `"libm"` is an explicit opt-in to a named
+    noise stream (`prenoise.noise_streams`): the pipeline's `randn_tensor` draws are then what
+    torch draws on an x86 AVX2 / a libm (ARM) host, the same on every machine — different from
+    local torch on one of them. The stream is self-checked here: `NoiseStreamError` if refused.
     """
+    from prenoise import noise_streams
+    from prenoise.integrations.diffusers.streams import STREAM_ATTR
+
+    noise_streams.check_stream_name(stream)
+    if stream == noise_streams.NATIVE:
+        if STREAM_ATTR in vars(pipe):
+            delattr(pipe, STREAM_ATTR)
+    else:
+        noise_streams._require(stream, torch_float32())
+        setattr(pipe, STREAM_ATTR, stream)
     if not is_enabled(pipe):
         pipe.__class__ = _overlapped_subclass(type(pipe))
     return pipe
 
 
+def torch_float32() -> Any:
+    import torch
+
+    return torch.float32
+
+
 def disable(pipe: Any) -> Any:
-    """Undo `enable(pipe)`: plain calls run the pipeline's own `__call__` again. Returns `pipe`."""
+    """Undo `enable(pipe)`: plain calls run the pipeline's own `__call__` again (and any noise
+    stream is forgotten). Returns `pipe`."""
+    from prenoise.integrations.diffusers.streams import STREAM_ATTR
+
+    if STREAM_ATTR in vars(pipe):
+        delattr(pipe, STREAM_ATTR)
     if is_enabled(pipe):
         pipe.__class__ = original_class(pipe)
     return pipe

@@ -77,7 +77,16 @@ def _bind(
 class ReplayQueue:
     """Prepared draws of one call, served in plan order to matching `randn_tensor` calls."""
 
-    def __init__(self, planned: Sequence[PlannedDraw]) -> None:
+    def __init__(
+        self,
+        planned: Sequence[PlannedDraw],
+        noise_stream: str = "native",
+        fallback: RandnTensor | None = None,
+    ) -> None:
+        """`noise_stream` draws the prepared values; `fallback` (None: diffusers' own) answers
+        the calls the queue does not serve."""
+        self._noise_stream = noise_stream
+        self._fallback = fallback
         self._executor: PreparationExecutor | None = None
         self._entries = [self._entry(i, p) for i, p in enumerate(planned)]
         self._generator_ids = {id(g) for p in planned for g in p.generators}
@@ -104,17 +113,17 @@ class ReplayQueue:
         for entry in self._entries:
             executor.submit(
                 entry.job,
-                lambda entry=entry: self._draw(entry),  # type: ignore[misc]
+                lambda entry=entry: self._draw(entry, self._noise_stream),  # type: ignore[misc]
                 predicted=entry.planned.key,
                 generators=_unique(entry.planned.generators),
             )
 
     @staticmethod
-    def _draw(entry: _Entry) -> torch.Tensor:
+    def _draw(entry: _Entry, noise_stream: str) -> torch.Tensor:
         generators = entry.planned.generators
         entry.before = [(g, g.get_state()) for g in _unique(generators)]
         rows = [
-            run_draw(d, g, allow_scalar_path=True)
+            run_draw(d, g, allow_scalar_path=True, noise_stream=noise_stream)
             for d, g in zip(entry.draws, generators, strict=True)
         ]
         return rows[0] if len(rows) == 1 else torch.cat(rows, dim=0)
@@ -131,6 +140,7 @@ class ReplayQueue:
 
     def serve(self, original: RandnTensor, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """Answer one `randn_tensor(*args, **kwargs)` call of this context (see module doc)."""
+        original = self._fallback or original
         try:
             shape, generator, device, dtype, layout = _bind(*args, **kwargs)
         except TypeError:

@@ -7,7 +7,8 @@ TORCH_PIN := torch==2.13.0
 STAMP := $(VENV)/.prenoise-installed
 export HF_HUB_OFFLINE := 1
 
-.PHONY: setup demo test lint typecheck pytest clean setup-vllm-omni pytest-vllm-omni
+.PHONY: setup demo test lint typecheck pytest clean setup-vllm-omni pytest-vllm-omni \
+	aarch64-tools aarch64-stream-digest
 
 setup: $(STAMP)
 
@@ -24,8 +25,8 @@ demo: $(STAMP)
 	$(VENV)/bin/prenoise verify --recipe $(DEMO_RECIPE) --json outputs/ref2va-demo/verify.json
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests benchmarks
-	$(VENV)/bin/ruff format --check src tests benchmarks/*.py
+	$(VENV)/bin/ruff check src tests benchmarks scripts
+	$(VENV)/bin/ruff format --check src tests benchmarks/*.py scripts
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
@@ -64,7 +65,37 @@ $(VLLM_STAMP): pyproject.toml Makefile
 pytest-vllm-omni: $(VLLM_STAMP)
 	$(VLLM_PY) -m pytest tests/vllm_omni_plugin
 
-test: lint typecheck pytest pytest-vllm-omni
+# The noise streams on aarch64, emulated: the kernel's C core + stream_dump.c cross-compiled
+# (static, same flags as the extension) and run under qemu-user (tests/test_aarch64_streams.py).
+# Debian packages, ~30 s to install; without apt (or root) the tests skip and say why.
+AARCH64_PACKAGES := qemu-user-static gcc-aarch64-linux-gnu libc6-dev-arm64-cross
+AARCH64_DUMP := build/aarch64/stream_dump
+CSRC := src/prenoise/csrc
+STREAM ?= x86
+SEED ?= 0
+COUNT ?= 1000
+DTYPE ?= float32
+QEMU_CPU ?= max
+
+aarch64-tools:
+	@command -v aarch64-linux-gnu-gcc >/dev/null && command -v qemu-aarch64-static >/dev/null || \
+		{ command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] && \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+		--no-install-recommends $(AARCH64_PACKAGES) >/dev/null); } || \
+		echo "aarch64 cross tools unavailable (no apt or not root): aarch64 stream tests will skip"
+
+$(AARCH64_DUMP): $(CSRC)/stream_dump.c $(CSRC)/noise_kernel.c $(CSRC)/box_muller_portable.c \
+		$(CSRC)/noise_kernel.h
+	mkdir -p $(dir $@)
+	aarch64-linux-gnu-gcc -static -O3 -ffp-contract=off -pthread -o $@ \
+		$(CSRC)/stream_dump.c $(CSRC)/box_muller_portable.c -lm
+
+# Prints the sha256 `prenoise stream-digest --stream S --seed N --count N --dtype D` prints.
+aarch64-stream-digest: aarch64-tools $(AARCH64_DUMP)
+	@QEMU_CPU=$(QEMU_CPU) qemu-aarch64-static $(AARCH64_DUMP) $(STREAM) $(SEED) $(COUNT) \
+		$(DTYPE) | sha256sum | cut -d' ' -f1
+
+test: lint typecheck aarch64-tools pytest pytest-vllm-omni
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) build src/*.egg-info .pytest_cache .mypy_cache .ruff_cache

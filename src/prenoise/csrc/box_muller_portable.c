@@ -134,9 +134,9 @@ static inline void bm16_portable(const float *src, float *dst) {
         const float theta = F(2.0 * 3.14159265358979323846) * u[j + 8];
         float sn, cs;
         sincos_lane(theta, &sn, &cs);
-        /* torch stores fmadd(r*cos, std=1, mean=0), which maps -0 to +0 */
-        out[j] = fmaf(radius * cs, 1.0f, 0.0f);
-        out[j + 8] = fmaf(radius * sn, 1.0f, 0.0f);
+        /* torch stores fmadd(r*cos, std=1, mean=0): exactly r*cos + 0 (-0 becomes +0) */
+        out[j] = radius * cs + 0.0f;
+        out[j + 8] = radius * sn + 0.0f;
     }
     memcpy(dst, out, sizeof out);
 }

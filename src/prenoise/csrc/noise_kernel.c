@@ -45,8 +45,9 @@ void bm_blocks_scalar(const float *src, float *dst, int64_t nblocks) {
             const float u2 = src[j + 8];
             const float radius = sqrtf(-2.0f * logf(u1));
             const float theta = (float)(2.0 * 3.14159265358979323846 * (double)u2);
-            dst[j] = fmaf(radius * cosf(theta), 1.0f, 0.0f);
-            dst[j + 8] = fmaf(radius * sinf(theta), 1.0f, 0.0f);
+            /* fmaf(p, 1, 0) == p + 0 exactly (-0 becomes +0), without a libm call */
+            dst[j] = radius * cosf(theta) + 0.0f;
+            dst[j + 8] = radius * sinf(theta) + 0.0f;
         }
     }
 }

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from prenoise.cli_args import (
@@ -28,6 +29,21 @@ __all__ = ["main"]
 
 DEBUG_ENV_VAR = "PRENOISE_DEBUG"
 """`PRENOISE_DEBUG=1` (like `--debug`): let errors propagate with their traceback."""
+
+EXIT_USAGE = 2
+"""Bad input, or a missing pip extra: one-line `error: …`."""
+EXIT_INTERNAL = 70
+"""An unexpected exception (a bug, or an environment failure such as a full disk): one line
+`internal error: …` (`EX_SOFTWARE` of sysexits.h, distinct from verify's and compare's 1)."""
+
+COMMAND_EXTRAS: dict[str, tuple[str, ...]] = {
+    "generate": ("ref2va",),
+    "verify": ("ref2va",),
+    "bench": ("ref2va",),
+    "serve": ("ref2va", "serve"),
+}
+"""pip extras each command needs (checked before it starts; `doctor`, `demo`, `compare` need
+none). `vllm-omni-verify` checks for vLLM-Omni itself."""
 
 console = Console()
 
@@ -114,14 +130,17 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
 
 def _user_errors() -> tuple[type[Exception], ...]:
-    """Errors caused by the user's input: reported in one line, exit status 2."""
+    """Errors caused by the user's input or install: reported in one line, exit status 2.
+
+    Imports only modules that need no pip extra (see `prenoise.extras`)."""
     from prenoise.budget import BudgetExceededError
     from prenoise.env import EnvVarError
     from prenoise.noise_streams import NoiseStreamError
+    from prenoise.extras import MissingExtraError
     from prenoise.prediction import PredictionMismatchError
     from prenoise.ref2va.checkpoint import CheckpointError
     from prenoise.ref2va.config import RecipeError
-    from prenoise.ref2va.media import MediaError
+    from prenoise.ref2va.decode_guard import MediaError
     from prenoise.verify import UncomparableError
 
     return (
@@ -134,7 +153,38 @@ def _user_errors() -> tuple[type[Exception], ...]:
         EnvVarError,
         BudgetExceededError,
         NoiseStreamError,
+        MissingExtraError,
     )
+
+
+def _require_extras(args: argparse.Namespace) -> None:
+    """Refuse, before any work, a command whose pip extra is not installed."""
+    from prenoise.extras import require
+
+    what = f"prenoise {args.command}"
+    for extra in COMMAND_EXTRAS.get(args.command, ()):
+        require(extra, what)
+    if args.command == "bench" and args.trace_dir:
+        require("bench", f"{what} --trace-dir")
+
+
+def _missing_extra(error: ModuleNotFoundError) -> str | None:
+    """The one-line hint for an import of an optional module that failed; None if the module
+    belongs to no extra (then it is an internal error)."""
+    from prenoise.extras import extra_for_module
+
+    extra = extra_for_module(error.name)
+    if extra is None:
+        return None
+    return f"{error.name} is not installed: pip install 'prenoise[{extra}]'"
+
+
+def _internal_error(error: Exception) -> str:
+    """One line for an exception no user input explains."""
+    what = f"{type(error).__name__}: {error}"
+    if isinstance(error, OSError):  # the environment (a full disk, a vanished file), not a bug
+        return f"error: {what} (rerun with --debug for the traceback)"
+    return f"internal error: {what}; rerun with --debug for the traceback, please report it"
 
 
 def _stage_table(title: str, seconds: dict[str, float]) -> Table:
@@ -274,15 +324,11 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    try:
-        import uvicorn
+    import uvicorn  # `serve` and `ref2va` extras: checked by `_require_extras`
 
-        from prenoise.serve import ServeLimits, ServeSettings, create_app
-    except ImportError as exc:
-        console.print(f"[red]error:[/] {exc.name} is missing: pip install 'prenoise[serve]'")
-        return 2
     from prenoise.ref2va.cli_options import with_limit_overrides
     from prenoise.ref2va.config import RecipeError, load_recipe
+    from prenoise.serve import ServeLimits, ServeSettings, create_app
 
     recipe = with_limit_overrides(load_recipe(args.recipe), args)
     media_root = args.media_root.resolve() if args.media_root else None
@@ -424,31 +470,27 @@ def _world_size() -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `prenoise` console script; returns the exit status.
 
-    User errors print one line and return 2, Ctrl-C returns 130, SIGTERM/SIGHUP 128 + signum
-    (after the same clean-up as Ctrl-C); `--debug` or `PRENOISE_DEBUG=1` re-raise them instead.
+    User errors and missing pip extras print one line and return 2; any other exception prints
+    one line and returns `EXIT_INTERNAL` (70). Ctrl-C returns 130, SIGTERM/SIGHUP 128 + signum
+    (after the same clean-up as Ctrl-C). `--debug` or `PRENOISE_DEBUG=1` re-raise instead, with
+    the traceback.
     """
-    from prenoise import kernel
-    from prenoise.env import env_choice
     from prenoise.signals import Terminated, install_termination_handlers
 
-    args = build_parser().parse_args(argv)
-    func = args.func
-    if args.command in ("generate", "verify", "bench") and _world_size() > 1:
-        from prenoise.distributed.commands import run_distributed
-
-        func = run_distributed
-    debug = args.debug
-    # uvicorn handles serve's signals itself (graceful shutdown).
-    restore = (lambda: None) if args.command == "serve" else install_termination_handlers()
+    debug = os.environ.get(DEBUG_ENV_VAR) == "1"  # until the command line is parsed
+    restore = _nothing_to_restore
     try:
-        debug = debug or env_choice(DEBUG_ENV_VAR, ("0", "1"), "0") == "1"
-        kernel.check_environment()
-        return int(func(args))
+        args = build_parser().parse_args(argv)
+        debug = debug or args.debug
+        # uvicorn handles serve's signals itself (graceful shutdown).
+        if args.command != "serve":
+            restore = install_termination_handlers()
+        return _run(args)
     except _user_errors() as error:
         if debug:
             raise
-        console.print(f"[red]error:[/] {error}", soft_wrap=True)
-        return 2
+        console.print(f"[red]error:[/] {escape(str(error))}", soft_wrap=True)
+        return EXIT_USAGE
     except KeyboardInterrupt:
         if debug:
             raise
@@ -459,8 +501,37 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         console.print(f"[red]terminated[/] by {stop.signal_name}")
         return 128 + stop.signum
+    except Exception as error:  # a bug, or an import of an extra that is not installed
+        if debug:
+            raise
+        hint = _missing_extra(error) if isinstance(error, ModuleNotFoundError) else None
+        if hint is not None:
+            console.print(f"[red]error:[/] {escape(hint)}", soft_wrap=True)
+            return EXIT_USAGE
+        console.print(escape(_internal_error(error)), style="red", soft_wrap=True)
+        return EXIT_INTERNAL
     finally:
         restore()
+
+
+def _nothing_to_restore() -> None:
+    pass
+
+
+def _run(args: argparse.Namespace) -> int:
+    """Check the environment and the command's extras, then run the command."""
+    from prenoise import kernel
+    from prenoise.env import env_choice
+
+    env_choice(DEBUG_ENV_VAR, ("0", "1"), "0")  # an unknown value is a user error
+    kernel.check_environment()
+    _require_extras(args)
+    func = args.func
+    if args.command in ("generate", "verify", "bench") and _world_size() > 1:
+        from prenoise.distributed.commands import run_distributed
+
+        func = run_distributed
+    return int(func(args))
 
 
 if __name__ == "__main__":

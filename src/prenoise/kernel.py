@@ -76,7 +76,14 @@ try:
     _IMPORT_ERROR = ""
 except ImportError as _exc:  # pragma: no cover - depends on the build
     _ext = None
-    _IMPORT_ERROR = f"C extension prenoise._noise_kernel not importable: {_exc}"
+    if isinstance(_exc, ModuleNotFoundError) and _exc.name == "prenoise._noise_kernel":
+        # An optional build (pyproject `optional = true`): a failed compile installs without it.
+        _IMPORT_ERROR = (
+            "C kernel not built (no C compiler at install time?); torch draws the same bits, "
+            "slower: reinstall with a C compiler (cc) for the kernel"
+        )
+    else:
+        _IMPORT_ERROR = f"C extension prenoise._noise_kernel not importable: {_exc}"
 
 
 @dataclass(frozen=True)

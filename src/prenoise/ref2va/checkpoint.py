@@ -1,4 +1,8 @@
-"""Checkpoints: one safetensors file per component plus ``config.json`` in a directory."""
+"""Checkpoints: one safetensors file per component plus ``config.json`` in a directory.
+
+safetensors is imported by the functions that read or write weights (the ``ref2va`` extra), so
+:class:`CheckpointError` and the config helpers import without it.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_file, save_file
 from torch import nn
 
 CONFIG_FILE = "config.json"
@@ -63,6 +66,8 @@ def save_checkpoint(
     directory: str | os.PathLike[str], modules: Mapping[str, nn.Module], config: Mapping[str, Any]
 ) -> Path:
     """Write ``<name>.safetensors`` for every module and ``config.json`` holding ``config``."""
+    from safetensors.torch import save_file
+
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     for name, module in modules.items():
@@ -103,6 +108,8 @@ def load_checkpoint(
     expected_config: Mapping[str, Any] | None = None,
 ) -> None:
     """Load weights into ``modules`` in place (bit-exact), after checking the config matches."""
+    from safetensors.torch import load_file
+
     base = Path(directory)
     found = read_checkpoint_config(base)
     if expected_config is not None:

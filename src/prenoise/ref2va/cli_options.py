@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prenoise.ref2va.config import Recipe, load_recipe, recipe_from_dict
 from prenoise.ref2va.limits import add_limit_arguments, limit_overrides
-from prenoise.ref2va.models import Ref2VAModels
+
+if TYPE_CHECKING:  # the models need the `ref2va` extra; `--help` must not
+    from prenoise.ref2va.models import Ref2VAModels
 
 __all__ = [
     "add_request_arguments",
@@ -106,6 +108,8 @@ def with_limit_overrides(recipe: Recipe, args: argparse.Namespace) -> Recipe:
 
 def load_models(recipe: Recipe) -> Ref2VAModels:
     """The recipe's models: from `checkpoint` when given (config must match), else embedded."""
+    from prenoise.ref2va.models import Ref2VAModels
+
     if recipe.checkpoint is not None:
         return Ref2VAModels.from_checkpoint(recipe.checkpoint, recipe.model, device=recipe.device)
     return Ref2VAModels.default(recipe.model, device=recipe.device)

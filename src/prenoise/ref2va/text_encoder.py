@@ -1,12 +1,20 @@
-"""Text encoder: a small transformers ``T5EncoderModel`` plus an in-memory byte tokenizer."""
+"""Text encoder: a small transformers ``T5EncoderModel`` plus an in-memory byte tokenizer.
+
+transformers is imported when a model is built, so recipes (:class:`TextEncoderConfig`) load
+without the ``ref2va`` extra.
+"""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from pydantic import BaseModel, ConfigDict, Field
-from transformers import T5Config, T5EncoderModel
 
 from prenoise.ref2va.initialization import build_on_meta, materialize_
+
+if TYPE_CHECKING:
+    from transformers import T5Config, T5EncoderModel
 
 
 class TextEncoderConfig(BaseModel):
@@ -60,6 +68,8 @@ class ByteTokenizer:
 
 def t5_config(cfg: TextEncoderConfig) -> T5Config:
     """The ``T5Config`` of a :class:`TextEncoderConfig` (no download, dropout off)."""
+    from transformers import T5Config
+
     return T5Config(
         vocab_size=ByteTokenizer.vocab_size,
         d_model=cfg.d_model,
@@ -98,6 +108,8 @@ class TextEncoder(torch.nn.Module):
         cls, config: TextEncoderConfig, seed: int = 0, device: torch.device | str = "cpu"
     ) -> TextEncoder:
         """Build with deterministic weights from ``seed`` (the global RNG is untouched)."""
+        from transformers import T5EncoderModel
+
         model = build_on_meta(lambda: T5EncoderModel(t5_config(config)))
         materialize_(model, seed, device, rule=_t5_rule)
         if model.encoder.embed_tokens is not model.shared:

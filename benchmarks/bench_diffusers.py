@@ -11,6 +11,9 @@ built from a small config.
 Measured per call:
 - plain: time inside `randn_tensor` on the request thread (the draw is on the critical path);
 - overlapped: time the request thread waits for the prepared noise (`CallReport.wait_s`);
+- set-up / teardown: the request thread's time in prenoise before the pipeline's own call
+  (planning, executor start, submission; `CallReport.setup_s`) and after it (settling the
+  replay queue, the executor's exit joining its worker; `CallReport.teardown_s`);
 - encode: `encode_prompt` time, which is what the draw overlaps with;
 - call: the whole call's wall time.
 """
@@ -115,7 +118,7 @@ def main() -> None:
         "output_type": "latent",
     }
     rows: dict[str, list[float]] = {k: [] for k in ("plain", "overlapped", "enc_p", "enc_o")}
-    rows.update(call_p=[], call_o=[])
+    rows.update(call_p=[], call_o=[], setup=[], teardown=[])
 
     def plain_arm(seed: int) -> torch.Tensor:
         draws: list[float] = []
@@ -141,6 +144,8 @@ def main() -> None:
             rows["call_o"].append(time.perf_counter() - start)
         assert report.overlapped and report.served == 1, report
         rows["overlapped"].append(report.wait_s)
+        rows["setup"].append(report.setup_s)
+        rows["teardown"].append(report.teardown_s)
         rows["enc_o"].append(sum(encodes))
         return output.frames  # type: ignore[no-any-return]
 
@@ -161,10 +166,23 @@ def main() -> None:
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, pairs={args.pairs}")
     print(f"noise {noise_shape} float32 = {4 * torch.Size(noise_shape).numel() / 2**20:.1f} MiB")
     print(f"text encoder: T5 d_model={args.encoder_dim} layers={args.encoder_layers}, 512 tokens")
-    print("| arm | noise on request thread (ms) | encode_prompt (ms) | whole call (ms) |")
-    print("| --- | ---: | ---: | ---: |")
-    print(f"| plain | {med('plain'):.1f} | {med('enc_p'):.1f} | {med('call_p'):.1f} |")
-    print(f"| overlapped | {med('overlapped'):.2f} | {med('enc_o'):.1f} | {med('call_o'):.1f} |")
+    print(
+        "| arm | noise on request thread (ms) | prenoise set-up / teardown (ms) "
+        "| encode_prompt (ms) | whole call (ms) |"
+    )
+    print("| --- | ---: | ---: | ---: | ---: |")
+    print(f"| plain | {med('plain'):.1f} | – | {med('enc_p'):.1f} | {med('call_p'):.1f} |")
+    print(
+        f"| overlapped | {med('overlapped'):.2f} | {med('setup'):.2f} / {med('teardown'):.2f} "
+        f"| {med('enc_o'):.1f} | {med('call_o'):.1f} |"
+    )
+    parts = zip(rows["setup"], rows["overlapped"], rows["teardown"], strict=True)
+    overhead = [setup + wait + teardown for setup, wait, teardown in parts]
+    print(
+        f"overlapped: prenoise's whole request-thread time (set-up + wait + teardown) "
+        f"{statistics.median(overhead) * 1e3:.2f} ms median, "
+        f"{min(overhead) * 1e3:.2f}…{max(overhead) * 1e3:.2f} ms"
+    )
     print("outputs bitwise equal in every pair")
 
 

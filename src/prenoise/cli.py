@@ -135,8 +135,8 @@ def _user_errors() -> tuple[type[Exception], ...]:
     Imports only modules that need no pip extra (see `prenoise.extras`)."""
     from prenoise.budget import BudgetExceededError
     from prenoise.env import EnvVarError
-    from prenoise.noise_streams import NoiseStreamError
     from prenoise.extras import MissingExtraError
+    from prenoise.noise_streams import NoiseStreamError
     from prenoise.prediction import PredictionMismatchError
     from prenoise.ref2va.checkpoint import CheckpointError
     from prenoise.ref2va.config import RecipeError

@@ -4,10 +4,12 @@
   leaves the caller's generator(s) exactly where the plain call leaves them, while the noise is
   drawn on a worker thread during prompt (and image) encoding.
 - `enable(pipe)` / `disable(pipe)` route plain `pipe(...)` calls of one instance through it.
-- `overlapped_call_with_report` also returns a `CallReport` (fell through? draws served? wait).
+- `overlapped_call_with_report` also returns a `CallReport` (fell through? draws served? wait,
+  prenoise's own set-up and teardown time).
 
-Unpredictable calls run the plain call; the reason is logged once on the logger
-"prenoise.integrations.diffusers". Tested with diffusers 0.42.1 (`TESTED_DIFFUSERS_VERSIONS`).
+Unpredictable calls run the plain call; the reason is a warning (once per pipeline class and
+reason) on the logger "prenoise.integrations.diffusers", and active overlap is said once per class
+at INFO. Tested with diffusers 0.42.1 (`TESTED_DIFFUSERS_VERSIONS`).
 """
 
 from prenoise.integrations.diffusers.call import (

@@ -4,7 +4,11 @@ The call runs the pipeline's own `__call__` unchanged. Before it starts, the pla
 pipeline's class lists the `randn_tensor` calls it will make; they are drawn on a
 `PreparationExecutor` worker from the caller's generators while the request thread encodes the
 prompt (and images), and handed back in order by the replay queue (see `queue.ReplayQueue`).
-Whatever cannot be predicted safely runs the plain call and is logged once per reason.
+Whatever cannot be predicted safely runs the plain call.
+
+Logging (logger "prenoise.integrations.diffusers", messages prefixed "prenoise:"): each reason a
+pipeline class runs the plain call is a warning, once per process; that overlap is active is
+said once per class at INFO.
 """
 
 from __future__ import annotations
@@ -13,13 +17,14 @@ import inspect
 import logging
 import sys
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
 from prenoise.executor import PreparationExecutor
-from prenoise.integrations.diffusers.enabling import original_class
+from prenoise.integrations.diffusers.enabling import check_pipeline, original_class
 from prenoise.integrations.diffusers.patching import (
     PATCHED_NAME,
     active_replay,
@@ -40,19 +45,41 @@ __all__ = ["CallReport", "overlapped_call", "overlapped_call_with_report", "plan
 
 logger = logging.getLogger("prenoise.integrations.diffusers")
 
-_CALLER_CHOICES = frozenset({"generator-none", "latents-given", "audio-latents-given", "nested"})
+_HINTS = {
+    "generator-none": 'pass generator=torch.Generator("cpu").manual_seed(seed) to overlap it',
+    "generator-device": "pass a CPU generator to overlap it (the output then follows the CPU "
+    "generator's noise, as in the plain call with that generator)",
+    "class": "prenoise.integrations.diffusers.supported() lists the classes with a plan",
+}
 _logged: set[tuple[str, str]] = set()
 _logged_lock = threading.Lock()
 
 
-def log_once(pipeline: str, key: str, message: str) -> None:
-    """Log `message` the first time `(pipeline, key)` is seen in this process."""
+def _first_time(pipeline: str, key: str) -> bool:
     with _logged_lock:
         if (pipeline, key) in _logged:
-            return
+            return False
         _logged.add((pipeline, key))
-    level = logging.INFO if key in _CALLER_CHOICES else logging.WARNING
-    logger.log(level, "%s: plain call (%s)", pipeline, message)
+        return True
+
+
+def log_once(pipeline: str, key: str, message: str) -> None:
+    """Warn that `pipeline` ran the plain call because of `message`, the first time `(pipeline,
+    key)` is seen in this process."""
+    if _first_time(pipeline, key):
+        hint = _HINTS.get(key)
+        logger.warning(
+            "prenoise: %s: noise not overlapped, plain call (%s)%s",
+            pipeline,
+            message,
+            f"; {hint}" if hint else "",
+        )
+
+
+def _say_active_once(pipeline: str, planned: Sequence[PlannedDraw]) -> None:
+    if _first_time(pipeline, "active"):
+        labels = ", ".join(p.label for p in planned)
+        logger.info("prenoise: %s: overlapped noise active (prepared draws: %s)", pipeline, labels)
 
 
 @dataclass(frozen=True)
@@ -63,7 +90,11 @@ class CallReport:
     lists the prepared draws, `served` how many the pipeline consumed, `left_plan` why the rest
     were discarded (the generators were set back; the output is the plain call's either way),
     and `wait_s` the request thread's time blocked on prepared draws. `stream` is the noise
-    stream every draw of the call was made in (see `enable(pipe, stream=...)`).
+    stream every draw of the call was made in (see `enable(pipe, stream=...)`). `setup_s` is the
+    request thread's time in prenoise before the pipeline's own call starts (planning, and for
+    an overlapped call the executor's start and the submissions); `teardown_s` its time after
+    the call returns (settling unconsumed draws, the executor's exit joining its worker). Times
+    are seconds; `overhead_s` is their sum with `wait_s`.
     """
 
     pipeline: str
@@ -74,6 +105,13 @@ class CallReport:
     left_plan: str | None = None
     wait_s: float = 0.0
     stream: str = "native"
+    setup_s: float = 0.0
+    teardown_s: float = 0.0
+
+    @property
+    def overhead_s(self) -> float:
+        """The request thread's seconds spent in prenoise: set-up + waits + teardown."""
+        return self.setup_s + self.wait_s + self.teardown_s
 
 
 def plan_call(pipe: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> list[PlannedDraw]:
@@ -120,8 +158,28 @@ def plan_call(pipe: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> list[Pl
     return planned
 
 
+def _plain_call(
+    pipe: Any,
+    args: Sequence[Any],
+    kwargs: dict[str, Any],
+    key: str,
+    reason: str,
+    start: float,
+    call: Callable[..., Any],
+    stream: str,
+) -> tuple[Any, CallReport]:
+    """The pipeline's own call (`call`: plain, or in the pipe's noise stream), reported."""
+    name = original_class(pipe).__name__
+    log_once(name, key, reason)
+    setup_s = time.perf_counter() - start
+    report = CallReport(name, False, reason, stream=stream, setup_s=setup_s)
+    return call(pipe, *args, **kwargs), report
+
+
 def overlapped_call_with_report(pipe: Any, *args: Any, **kwargs: Any) -> tuple[Any, CallReport]:
     """`overlapped_call`, also returning a `CallReport` of how the call ran."""
+    start = time.perf_counter()
+    check_pipeline(pipe, "overlapped_call")
     cls = original_class(pipe)
     name = cls.__name__
     stream = noise_stream_of(pipe)
@@ -135,22 +193,22 @@ def overlapped_call_with_report(pipe: Any, *args: Any, **kwargs: Any) -> tuple[A
         planned = plan_call(pipe, args, kwargs)
         queue = ReplayQueue(planned, stream, fallback)
     except Unpredictable as why:
-        log_once(name, why.key, why.reason)
-        output = fall_through(pipe, *args, **kwargs)
-        return output, CallReport(name, False, why.reason, stream=stream)
-    except ValueError as error:
-        log_once(name, "draw", str(error))
-        output = fall_through(pipe, *args, **kwargs)
-        return output, CallReport(name, False, str(error), stream=stream)
+        return _plain_call(pipe, args, kwargs, why.key, why.reason, start, fall_through, stream)
+    except ValueError as error:  # a planned draw that cannot be built
+        return _plain_call(pipe, args, kwargs, "draw", str(error), start, fall_through, stream)
+    _say_active_once(name, planned)
     with PreparationExecutor(name="prenoise-diffusers") as executor:
         queue.start(executor)
         try:
             with replay_context(queue):
+                call_start = time.perf_counter()
                 output = plain(pipe, *args, **kwargs)
+                call_end = time.perf_counter()
         except BaseException:
             queue.finish()
             raise
         left = queue.finish()
+    end = time.perf_counter()
     if left is not None:
         log_once(name, "left-plan", f"prepared draws discarded: {left}")
     report = CallReport(
@@ -161,6 +219,8 @@ def overlapped_call_with_report(pipe: Any, *args: Any, **kwargs: Any) -> tuple[A
         left_plan=left,
         wait_s=queue.wait_s,
         stream=stream,
+        setup_s=call_start - start,
+        teardown_s=end - call_end,
     )
     return output, report
 
@@ -179,6 +239,8 @@ def overlapped_call(pipe: Any, *args: Any, **kwargs: Any) -> Any:
     call leaves them in (also when the call raises). The global RNG is not touched beyond what
     the plain call does. Calls that cannot be predicted safely — `generator=None`, non-CPU
     generators, caller-supplied `latents`, unknown classes, untested diffusers versions — run
-    the plain call, and the reason is logged once on "prenoise.integrations.diffusers".
+    the plain call, and the reason is warned once per pipeline class on
+    "prenoise.integrations.diffusers". `pipe` must be a diffusers pipeline instance (`TypeError`
+    otherwise).
     """
     return overlapped_call_with_report(pipe, *args, **kwargs)[0]

@@ -3,15 +3,20 @@
 Python looks `__call__` up on the type, so `enable` swaps the instance's class for a cached
 subclass with the same name, module and signature whose `__call__` calls `overlapped_call`;
 `disable` swaps the original class back. Other instances of the class are not affected.
+
+The subclass cannot be found by name (its name leads to the original class), so it pickles
+itself as the original class and is enabled again on load: `pickle` and `copy` give an enabled
+pipeline, and unpickling needs only prenoise and diffusers.
 """
 
 from __future__ import annotations
 
 import functools
 import threading
+from collections.abc import Callable
 from typing import Any
 
-__all__ = ["disable", "enable", "is_enabled", "original_class"]
+__all__ = ["check_pipeline", "disable", "enable", "is_enabled", "original_class"]
 
 _ORIGINAL = "_prenoise_original_class"
 _subclasses: dict[type, type] = {}
@@ -30,6 +35,50 @@ def is_enabled(pipe: Any) -> bool:
     return original_class(pipe) is not type(pipe)
 
 
+def check_pipeline(pipe: Any, what: str) -> None:
+    """Raise `TypeError` saying what to pass unless `pipe` is a diffusers pipeline instance.
+
+    `what` names the function the user called (e.g. "enable"). Without diffusers installed this
+    raises `prenoise.extras.MissingExtraError` instead.
+    """
+    from prenoise.extras import require
+
+    if isinstance(pipe, type):
+        raise TypeError(
+            f"{what}() takes a pipeline instance, not the class {pipe.__name__}: load one first, "
+            f"e.g. pipe = {pipe.__name__}.from_pretrained(...); {what}(pipe)"
+        )
+    require("diffusers", f"prenoise.integrations.diffusers.{what}()")
+    from diffusers import DiffusionPipeline
+
+    if not isinstance(pipe, DiffusionPipeline):
+        got = "None" if pipe is None else f"a {type(pipe).__module__}.{type(pipe).__qualname__}"
+        raise TypeError(
+            f"{what}() takes a diffusers pipeline instance (a diffusers.DiffusionPipeline, "
+            f"e.g. WanPipeline.from_pretrained(...)), got {got}"
+        )
+
+
+def _rebuild_enabled(rebuild: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+    """Unpickling: rebuild the pipeline as its original class, then enable it again."""
+    pipe = rebuild(*args)
+    pipe.__class__ = _overlapped_subclass(type(pipe))
+    return pipe
+
+
+def _reduce_ex(self: Any, protocol: Any) -> Any:
+    """Pickle an enabled pipeline as its original class, re-enabled by `_rebuild_enabled`."""
+    cls, sub = original_class(self), type(self)
+    reduce_ex: Any = cls.__reduce_ex__  # the original class's own reduction, unbound
+    reduced = reduce_ex(self, protocol)
+    if isinstance(reduced, str):  # a global name: nothing to rebuild
+        return reduced
+    rebuild, args, *rest = reduced
+    # The default reductions (`copyreg.__newobj__`, `_reconstructor`) name the class in `args`.
+    args = tuple(cls if a is sub else a for a in args)
+    return (_rebuild_enabled, (rebuild, args), *rest)
+
+
 def _overlapped_subclass(cls: type) -> type:
     with _lock:
         sub = _subclasses.get(cls)
@@ -43,6 +92,7 @@ def _overlapped_subclass(cls: type) -> type:
 
             namespace = {
                 "__call__": __call__,
+                "__reduce_ex__": _reduce_ex,
                 _ORIGINAL: cls,
                 "__module__": cls.__module__,
                 "__qualname__": cls.__qualname__,
@@ -56,12 +106,15 @@ def _overlapped_subclass(cls: type) -> type:
 def enable(pipe: Any, stream: str = "native") -> Any:
     """Make plain `pipe(...)` calls of this instance run as `overlapped_call(pipe, ...)`.
 
-    Idempotent; returns `pipe`. With `stream="native"` (default) outputs are unchanged bit for
-    bit (see `overlapped_call`). `stream="x86"` or `"libm"` is an explicit opt-in to a named
-    noise stream (`prenoise.noise_streams`): the pipeline's `randn_tensor` draws are then what
-    torch draws on an x86 AVX2 / a libm (ARM) host, the same on every machine — different from
-    local torch on one of them. The stream is self-checked here: `NoiseStreamError` if refused.
+    `pipe` must be a diffusers pipeline instance (`TypeError` otherwise). Idempotent; returns
+    `pipe`. An enabled pipeline pickles and copies as an enabled pipeline. With
+    `stream="native"` (default) outputs are unchanged bit for bit (see `overlapped_call`).
+    `stream="x86"` or `"libm"` is an explicit opt-in to a named noise stream
+    (`prenoise.noise_streams`): the pipeline's `randn_tensor` draws are then what torch draws on
+    an x86 AVX2 / a libm (ARM) host, the same on every machine — different from local torch on
+    one of them. The stream is self-checked here: `NoiseStreamError` if refused.
     """
+    check_pipeline(pipe, "enable")
     from prenoise import noise_streams
     from prenoise.integrations.diffusers.streams import STREAM_ATTR
 
@@ -85,7 +138,10 @@ def torch_float32() -> Any:
 
 def disable(pipe: Any) -> Any:
     """Undo `enable(pipe)`: plain calls run the pipeline's own `__call__` again (and any noise
-    stream is forgotten). Returns `pipe`."""
+    stream is forgotten). Returns `pipe`.
+
+    `pipe` must be a diffusers pipeline instance (`TypeError` otherwise)."""
+    check_pipeline(pipe, "disable")
     from prenoise.integrations.diffusers.streams import STREAM_ATTR
 
     if STREAM_ATTR in vars(pipe):

@@ -14,7 +14,7 @@ __all__ = ["EXTRAS", "MissingExtraError", "extra_for_module", "missing_modules",
 
 EXTRAS: dict[str, tuple[str, ...]] = {
     "ref2va": ("av", "PIL", "transformers", "safetensors"),
-    "serve": ("fastapi", "uvicorn", "prometheus_client", "multipart"),
+    "serve": ("fastapi", "uvicorn", "prometheus_client"),
     "bench": ("matplotlib",),
     "diffusers": ("diffusers",),
     "vllm-omni": ("vllm_omni",),

@@ -17,6 +17,7 @@ upstream computes on the CPU before its `.to(device)`.
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import logging
 import threading
 import time
@@ -290,17 +291,15 @@ class RequestPreparation:
 
     def _take(self, plan: _Plan, field_name: str, actual: Any) -> torch.Tensor | None:
         name = plan.names.pop(field_name)
-        with self._lock:
-            record = self.records.get(name)
         requested = time.perf_counter()
         tensor = self.executor.take(
             name, actual=actual, policy=self.settings.on_mismatch, recompute=_serial
         )
-        with self._lock:
-            record = self.records.get(name, record)
+        with self._lock:  # the draw has ended (taken): its record exists unless it failed
+            record = self.records.get(name)
             if record is not None:
-                updates = {"requested": requested, "used": tensor is not None}
-                self.records[name] = DrawRecord(**{**record.__dict__, **updates})
+                used = tensor is not None
+                self.records[name] = dataclasses.replace(record, requested=requested, used=used)
         return tensor
 
     def _finish_output(self, plan: _Plan, confirmed: ConditionKey | None = None) -> None:

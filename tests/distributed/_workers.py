@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -93,3 +94,82 @@ def fail_hang_die_in_draw(recipe_path: str, workdir: str, timeout_s: float) -> d
         results[how] = (error, seconds, [str(p) for p in leftover_segments()])
         Path(workdir, f"rank{ctx.rank}-{how}.txt").write_text(error)  # survives a death
     return results
+
+
+def _flip(t: torch.Tensor) -> torch.Tensor:
+    out = t.clone()
+    out.view(-1).view(torch.int32)[0] ^= 1
+    return out
+
+
+# per-rank mode, rank 1 only: how its worker's draw of one field is changed
+RANK1_CHANGES: dict[str, tuple[str, Any]] = {
+    "rank1_bit": ("initial_video_noise", _flip),
+    "rank1_stride": ("initial_audio_noise", lambda t: t.t().contiguous().t()),
+    "rank1_dtype": ("initial_audio_noise", lambda t: t.double()),
+    "rank1_shape": ("initial_audio_noise", lambda t: t.reshape(-1, 16)),
+}
+
+
+def verify_with_a_broken_rank(recipe_path: str, workdir: str) -> list[tuple[str, Any]]:
+    """`verify_distributed` unbroken, then with rank 1 broken in turn: a flipped bit in its
+    host-shared draw (seen by every rank: only the single-process reference catches it), a
+    flipped bit / other strides / dtype / shape in its own per-rank draw, and a worker that
+    touches the global RNG. Returns `(scenario, verdict JSON)` per scenario, then
+    `("overlap", {...})`: on which thread and when this rank drew each of its host-shared
+    streams in the clean run, and when the request thread asked for the shared noise."""
+    from prenoise.distributed.verification import verify_distributed
+    from prenoise.ref2va import pipeline as pipeline_module
+
+    ctx, runner, request = _setup(recipe_path, workdir, 60.0)
+    real_draw_into, real_run_stream = host_noise.draw_into, pipeline_module.run_stream
+    real_take = host_noise.HostSharedNoise._take
+    drawn: list[tuple[str, str, float]] = []
+    asked: list[tuple[str, float]] = []
+    started = threading.Event()
+
+    def recording_draw_into(stream: Any, out: torch.Tensor) -> None:
+        drawn.append((stream.name, threading.current_thread().name, time.perf_counter()))
+        started.set()
+        real_draw_into(stream, out)
+
+    def recording_take(self: Any, batch: Any) -> None:
+        started.wait(30.0)  # deterministic order: the draw starts on its own, then we ask
+        asked.append((threading.current_thread().name, time.perf_counter()))
+        real_take(self, batch)
+
+    verdicts: list[tuple[str, Any]] = []
+    scenarios = ["clean", "shared_bit", *RANK1_CHANGES, "rank1_global_rng"]
+    for scenario in scenarios:
+
+        def draw_into(stream: Any, out: torch.Tensor) -> None:
+            real_draw_into(stream, out)
+            out.view(-1).view(torch.int32)[0] ^= 1
+
+        def run_stream(*args: Any, scenario: str = scenario, **kw: Any) -> Any:
+            result = real_run_stream(*args, **kw)
+            if not threading.current_thread().name.startswith("ref2va-prep"):
+                return result
+            if scenario == "rank1_global_rng":
+                torch.rand(1)
+                return result
+            name, change = RANK1_CHANGES[scenario]
+            return {k: change(v) if k == name else v for k, v in result.items()}
+
+        host_noise.draw_into = real_draw_into  # type: ignore[assignment]
+        host_noise.HostSharedNoise._take = real_take  # type: ignore[method-assign]
+        pipeline_module.run_stream = real_run_stream  # type: ignore[assignment]
+        if scenario == "clean":
+            host_noise.draw_into = recording_draw_into  # type: ignore[assignment]
+            host_noise.HostSharedNoise._take = recording_take  # type: ignore[method-assign]
+        elif ctx.rank == 1 and scenario == "shared_bit":
+            host_noise.draw_into = draw_into  # type: ignore[assignment]
+        elif ctx.rank == 1 and scenario.startswith("rank1_"):
+            pipeline_module.run_stream = run_stream  # type: ignore[assignment]
+        shared = scenario in ("clean", "shared_bit")
+        result = verify_distributed(runner, request, host_shared=shared)
+        verdicts.append((scenario, {**result.to_json(), "summary": result.summary()}))
+    host_noise.draw_into = real_draw_into  # type: ignore[assignment]
+    host_noise.HostSharedNoise._take = real_take  # type: ignore[method-assign]
+    verdicts.append(("overlap", {"rank": ctx.rank, "drawn": drawn, "asked": asked}))
+    return verdicts

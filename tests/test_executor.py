@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from bitwise import bitwise_equal, same_state
+from overlap import OverlapRecorder
 from prenoise.draws import Draw, Stream, run_draw, run_stream
 from prenoise.executor import PreparationExecutor, PreparationStateError
 from prenoise.prediction import MismatchPolicy, PredictionMismatchError
@@ -243,3 +244,19 @@ def test_cancel_pending() -> None:
             prep.take("later")
         release.set()
         assert prep.take("running") is True
+
+
+def test_submitted_draws_run_on_the_worker_before_they_are_taken(overlap: OverlapRecorder) -> None:
+    """Overlap asserted: each job ran on a worker lane, had started before `take` asked for it,
+    and drew its tensor there; the request thread drew nothing."""
+    streams = [Stream(f"s{i}", i, (Draw(f"d{i}", (2, 1024)),)) for i in range(3)]
+    with PreparationExecutor(workers=2) as prep:
+        handles = [prep.submit(s.name, partial(run_stream, s)) for s in streams]
+        got = [prep.take(h) for h in handles]
+    ran = overlap.assert_prepared_ahead("prenoise-prep", ["s0", "s1", "s2"])
+    assert len({run.thread for run, _ in ran.values()}) == 2  # both lanes worked
+    assert [overlap.draws_in(f"s{i}") for i in range(3)] == [["d0"], ["d1"], ["d2"]]
+    assert overlap.draws_outside_jobs() == []
+    for i, result in enumerate(got):
+        expected = torch.randn(2, 1024, generator=torch.Generator().manual_seed(i))
+        assert bitwise_equal(result[f"d{i}"], expected)

@@ -10,9 +10,13 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import pytest
 import torch
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast, T5Config, T5EncoderModel
+
+from overlap import OverlapRecorder
+from prenoise.integrations.diffusers import queue as queue_module
 
 WORDS = [
     "a",
@@ -371,11 +375,32 @@ def both_arms(
     before = snapshot_global_rng()
     plain = pipe(generator=gen_arg(plain_gens), **kwargs)
     assert not before.differences(snapshot_global_rng()), "the plain call changed the global RNG"
-    with global_rng_guard("overlapped_call"):
+    with global_rng_guard("overlapped_call"), pytest.MonkeyPatch.context() as patch:
+        recorder = OverlapRecorder(patch, draw_modules=[queue_module])
         overlapped, report = overlapped_call_with_report(
             pipe, generator=gen_arg(overlapped_gens), **kwargs
         )
+    if report.overlapped:
+        assert_served_from_the_worker(recorder, report)
     return plain, overlapped, report, plain_gens, overlapped_gens
+
+
+def assert_served_from_the_worker(recorder: OverlapRecorder, report: Any) -> None:
+    """Every served draw was a job on the call's worker, drawn there before the pipeline asked
+    for it; nothing was drawn by prenoise outside those jobs."""
+    served = [f"{i}:{label}" for i, label in enumerate(report.planned[: report.served])]
+    assert report.served >= 1
+    if report.left_plan is None:  # all planned draws served, nothing discarded
+        assert report.served == len(report.planned)
+        recorder.assert_prepared_ahead("prenoise-diffusers", served)
+    else:  # the discarded rest was joined (taken) after the served ones
+        takes = [t.job for t in recorder.takes]
+        assert takes[: len(served)] == served
+    for job in served:
+        label = job.split(":", 1)[1]
+        drawn = recorder.draws_in(job)
+        assert drawn and all(d.startswith(f"{label}.") for d in drawn), (job, drawn)
+    assert recorder.draws_outside_jobs() == []
 
 
 def global_rng_arms(

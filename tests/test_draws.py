@@ -9,6 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bitwise import bitwise_equal, same_state
+from kernel_spy import kernel_calls
+from prenoise import kernel
 from prenoise.draws import (
     Draw,
     HalfDrawRule,
@@ -24,7 +26,20 @@ from prenoise.draws import (
 from prenoise.layouts import Patchify
 
 SEEDS = (0, 42, 2101)
-SHAPES = [(16,), (17,), (31,), (33,), (1000,), (3, 7, 11), (1, 24, 5, 6, 10), (2, 1, 9, 8)]
+# below and above the kernel's size threshold (kernel.KERNEL_MIN_NUMEL = 1024)
+SHAPES = [
+    (16,),
+    (17,),
+    (31,),
+    (33,),
+    (1000,),
+    (1024,),
+    (1025,),
+    (3, 7, 11),
+    (3, 7, 111),
+    (1, 24, 5, 6, 10),
+    (2, 1, 9, 8),
+]
 
 
 def gen(seed: int) -> torch.Generator:
@@ -41,7 +56,10 @@ def mt_position(g: torch.Generator) -> int:
 def test_draw_equals_plain_randn(seed: int, shape: tuple[int, ...]) -> None:
     g_ref, g = gen(seed), gen(seed)
     expected = torch.randn(shape, generator=g_ref)
-    got = run_draw(Draw("x", shape), g)
+    with kernel_calls() as calls:
+        got = run_draw(Draw("x", shape), g)
+    n = expected.numel()
+    assert calls == ([n] if n >= kernel.KERNEL_MIN_NUMEL else [])  # the kernel served it
     assert bitwise_equal(got, expected)
     assert same_state(g, g_ref)
     assert got.is_contiguous() and got.device.type == "cpu"
@@ -127,48 +145,73 @@ def test_keep_prefix_and_patchify_equal_plain_code() -> None:
     assert got.untyped_storage().nbytes() == got.numel() * 4  # owns only the kept rows
 
 
-@pytest.mark.parametrize("n", [16, 17, 31, 32, 33, 100, 1000, 4097])
-@pytest.mark.parametrize("chunk", [16, 32, 48, 1024])
+def kernel_chunks(n: int, chunk: int) -> list[int]:
+    """Sizes of the chunks of a chunked fill that the kernel serves (the others go to torch)."""
+    sizes = [stop - start for start, stop in chunk_bounds(n, chunk)]
+    return [size for size in sizes if size >= kernel.KERNEL_MIN_NUMEL]
+
+
+@pytest.mark.parametrize("n", [16, 17, 31, 32, 33, 100, 1000, 4097, 10_007])
+@pytest.mark.parametrize("chunk", [16, 32, 48, 1024, 2048])
 def test_chunked_fill_equals_one_shot(n: int, chunk: int) -> None:
     g_ref, g = gen(5), gen(5)
     torch.randn(19, generator=g_ref), torch.randn(19, generator=g)  # advanced, ragged
     expected = torch.randn(n, generator=g_ref)
-    got = fill_normal_(torch.empty(n), g, chunk_elems=chunk)
+    with kernel_calls() as calls:
+        got = fill_normal_(torch.empty(n), g, chunk_elems=chunk)
+    assert calls == kernel_chunks(n, chunk)
     assert bitwise_equal(got, expected)
     assert same_state(g, g_ref)
 
 
 @settings(max_examples=60, deadline=None)
 @given(
-    n=st.integers(16, 3000),
-    chunk_blocks=st.integers(1, 40),
+    n=st.integers(1024, 40_000),
+    chunk_blocks=st.integers(64, 1000),
     seed=st.integers(0, 2**32 - 1),
     prior=st.integers(0, 40),
 )
 def test_chunking_property(n: int, chunk_blocks: int, seed: int, prior: int) -> None:
+    """Every example has at least one chunk above the kernel's threshold: the kernel and torch
+    fill chunks of one buffer in turn, and the result is still one `torch.randn`."""
     g_ref, g = gen(seed), gen(seed)
     if prior >= 16:
         torch.randn(prior, generator=g_ref), torch.randn(prior, generator=g)
     expected = torch.randn(n, generator=g_ref)
-    got = fill_normal_(torch.empty(n), g, chunk_elems=16 * chunk_blocks)
+    chunk = 16 * chunk_blocks
+    with kernel_calls() as calls:
+        got = fill_normal_(torch.empty(n), g, chunk_elems=chunk)
+    assert calls and calls == kernel_chunks(n, chunk)
     assert bitwise_equal(got, expected)
     assert same_state(g, g_ref)
 
 
 @settings(max_examples=40, deadline=None)
 @given(
-    shape=st.lists(st.integers(1, 9), min_size=1, max_size=5),
-    chunk_blocks=st.one_of(st.none(), st.integers(1, 8)),
+    shape=st.lists(st.integers(1, 24), min_size=1, max_size=4),
+    chunk_blocks=st.one_of(st.none(), st.integers(64, 128)),
     seed=st.integers(0, 2**32 - 1),
 )
 def test_draw_property_over_shapes(shape: list[int], chunk_blocks: int | None, seed: int) -> None:
+    """Every example is checked: scalar-path draws (numel < 16) must be refused unless allowed,
+    and then equal torch too; the kernel serves exactly the fills above its threshold."""
     draw = Draw("x", tuple(shape))
-    if draw.takes_scalar_path:
-        return
     g_ref, g = gen(seed), gen(seed)
     expected = torch.randn(shape, generator=g_ref)
     chunk = None if chunk_blocks is None else 16 * chunk_blocks
-    assert bitwise_equal(run_draw(draw, g, chunk_elems=chunk), expected)
+    if draw.takes_scalar_path:
+        with pytest.raises(ScalarPathError):
+            run_draw(draw, gen(seed), chunk_elems=chunk)
+    with kernel_calls() as calls:
+        got = run_draw(draw, g, chunk_elems=chunk, allow_scalar_path=draw.takes_scalar_path)
+    n = draw.numel
+    if draw.takes_scalar_path:
+        assert calls == []
+    elif chunk is None:
+        assert calls == ([n] if n >= kernel.KERNEL_MIN_NUMEL else [])
+    else:
+        assert calls == kernel_chunks(n, chunk)
+    assert bitwise_equal(got, expected)
     assert same_state(g, g_ref)
 
 
@@ -267,18 +310,30 @@ def test_draws_never_touch_the_global_rng() -> None:
     ],
 )
 def test_core_draws_equal_with_kernel_and_with_torch(draw: Draw) -> None:
-    from prenoise import draws, kernel
+    from prenoise import draws
 
-    g_kernel, g_torch = gen(2101), gen(2101)
-    with_kernel = run_draw(draw, g_kernel)
+    g_kernel, g_torch, g_plain = gen(2101), gen(2101), gen(2101)
+    with kernel_calls() as calls:
+        with_kernel = run_draw(draw, g_kernel)
+    assert calls == [draw.numel]  # the kernel arm really used the kernel
     draws.set_fill_backend(draws._torch_fill)
     try:
-        with_torch = run_draw(draw, g_torch)
+        with kernel_calls() as calls:
+            with_torch = run_draw(draw, g_torch)
     finally:
         draws.set_fill_backend(None)
+    assert calls == []  # ... and the torch arm did not
     assert bitwise_equal(with_kernel, with_torch)
     assert same_state(g_kernel, g_torch)
-    assert kernel.backend_status().name  # the self-check ran and reported
+    # an independent reference: the plain torch code the draw describes, written out by hand
+    full = torch.randn(draw.shape, generator=g_plain)
+    kept = full if draw.keep is None else full[tuple(slice(0, k) for k in draw.keep)]
+    if draw.layout is not None:
+        b, c, t, h, w = kept.shape
+        kept = kept.reshape(b, c, t, 1, h // 2, 2, w // 2, 2).permute(0, 2, 4, 6, 1, 3, 5, 7)
+        kept = kept.reshape(-1, 96)
+    assert bitwise_equal(with_kernel, kept.contiguous().to(draw.dtype))
+    assert same_state(g_kernel, g_plain)
 
 
 def test_doctor_reports_backend(capsys: pytest.CaptureFixture[str]) -> None:

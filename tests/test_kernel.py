@@ -23,6 +23,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kernel_spy import kernel_calls
 from prenoise import kernel
 
 SIZES = [16, 17, 31, 32, 33, 47, 1000, 4099, 100003]
@@ -87,10 +88,15 @@ def test_backend_active_on_this_machine() -> None:
 def test_each_vector_backend_matches_torch(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
     """Both widths of the AVX2 arithmetic, forced one at a time, over sizes, threads and keeps."""
     monkeypatch.setenv(kernel.ENV_VAR, name)
+    assert kernel._ext is not None, kernel._IMPORT_ERROR
+    supported = torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512") and getattr(
+        kernel._ext, kernel._NAMES[name]
+    ) in set(kernel._ext.available_backends())
+    if not supported:  # only a CPU (or torch dispatch) without the feature may skip
+        pytest.skip(f"{name}: this CPU or torch's dispatch does not have it")
     status = kernel.backend_status()
-    if not status.active:
-        pytest.skip(f"{name} not usable here: {status.reason}")
-    assert status.name == name
+    # the CPU has it: failing the self-check is a bug, not a reason to skip
+    assert (status.name, status.active) == (name, True), status.reason
     for seed, advance in ((0, 0), (3, 37), (2**33 + 1, 625)):
         for n, threads in ((16, 1), (33, 1), (47, 2), (1000, 3), (100003, 2), (300_007, 4)):
             ref_gen, gen = _gens(seed, advance)
@@ -109,7 +115,9 @@ def test_each_vector_backend_matches_torch(monkeypatch: pytest.MonkeyPatch, name
 def test_randn_matches_torch(n: int, seed: int, advance: int) -> None:
     ref_gen, gen = _gens(seed, advance)
     expected = torch.randn(n, generator=ref_gen)
-    got = kernel.randn(n, generator=gen)
+    with kernel_calls() as calls:
+        got = kernel.randn(n, generator=gen)
+    assert calls == [n]  # the kernel drew it, not torch
     assert _same_bits(got, expected)
     assert _same_state(gen, ref_gen)
     # later torch draws (vector and scalar path) are unchanged
@@ -122,7 +130,9 @@ def test_randn_matches_torch(n: int, seed: int, advance: int) -> None:
 def test_threads_do_not_change_results(threads: int, n: int) -> None:
     ref_gen, gen = _gens(7, advance=21)
     expected = torch.randn(n, generator=ref_gen)
-    got = kernel.randn(n, generator=gen, threads=threads)
+    with kernel_calls() as calls:
+        got = kernel.randn(n, generator=gen, threads=threads)
+    assert calls == [n]
     assert _same_bits(got, expected)
     assert _same_state(gen, ref_gen)
 
@@ -215,7 +225,9 @@ def test_keep_prefix_matches_draw_then_slice(
     ref_gen, gen = _gens(seed, advance=29)
     full = torch.randn(shape, generator=ref_gen)
     expected = full[tuple(slice(0, k) for k in keep)].contiguous()
-    got = kernel.randn_keep_prefix(shape, keep, generator=gen)
+    with kernel_calls() as calls:
+        got = kernel.randn_keep_prefix(shape, keep, generator=gen)
+    assert calls == ([] if full.numel() < 16 else [full.numel()])
     assert _same_bits(got, expected)
     assert _same_state(gen, ref_gen)
     assert _same_bits(torch.randn(50, generator=gen), torch.randn(50, generator=ref_gen))
@@ -333,7 +345,10 @@ def test_scalar_backend_matches_torch_default_capability() -> None:
 def test_property_randn_equals_torch(n: int, seed: int, threads: int, advance: int) -> None:
     ref_gen, gen = _gens(seed, advance)
     expected = torch.randn(n, generator=ref_gen)
-    assert _same_bits(kernel.randn(n, generator=gen, threads=threads), expected)
+    with kernel_calls() as calls:
+        got = kernel.randn(n, generator=gen, threads=threads)
+    assert calls == ([n] if n >= 16 else [])
+    assert _same_bits(got, expected)
     assert _same_state(gen, ref_gen)
 
 
@@ -417,3 +432,65 @@ def test_huge_page_status_follows_the_switch(monkeypatch: pytest.MonkeyPatch) ->
     assert kernel.huge_page_status() == f"off ({kernel.HUGE_PAGES_ENV_VAR}=0)"
     monkeypatch.delenv(kernel.HUGE_PAGES_ENV_VAR)
     assert not kernel.huge_page_status().startswith("off (PRENOISE")
+
+
+def _advance_16(generator: torch.Generator) -> None:
+    """A wrong final state: 16 more words consumed than torch would."""
+    torch.randn(16, generator=generator)
+
+
+@pytest.mark.parametrize(
+    ("part", "reason"),
+    [
+        ("values", "values differ for seed=0 n=1000 threads=1"),
+        ("state", "generator state differs for seed=0 n=1000"),
+        ("keep_values", "keep-prefix values differ for seed=0 keep=(2, 1)"),
+        ("keep_state", "keep-prefix generator state differs for seed=0 keep=(2, 1)"),
+    ],
+)
+def test_self_check_refuses_each_kind_of_wrong_result(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, part: str, reason: str
+) -> None:
+    """Corrupt, in turn, the values, the final generator state and the keep-prefix result (its
+    values, then its state) of every candidate backend: the self-check must refuse each, and the
+    process must fall back to torch (the kernel is never called again)."""
+    real_fill, real_keep = kernel._fill_with, kernel._keep_prefix_with
+
+    def fill(out: torch.Tensor, gen: torch.Generator, *args: object) -> None:
+        real_fill(out, gen, *args)  # type: ignore[arg-type]
+        if out.numel() == 1000 and part == "values":
+            out.view(torch.int32)[999] ^= 1
+        if out.numel() == 1000 and part == "state":
+            _advance_16(gen)
+
+    def keep(shape: tuple[int, ...], keep: tuple[int, ...], gen: torch.Generator, *args: object):
+        got = real_keep(shape, keep, gen, *args)  # type: ignore[arg-type]
+        if part == "keep_values":
+            got.view(-1).view(torch.int32)[-1] ^= 1
+        if part == "keep_state":
+            _advance_16(gen)
+        return got
+
+    monkeypatch.setattr(kernel, "_fill_with", fill)
+    monkeypatch.setattr(kernel, "_keep_prefix_with", keep)
+    with caplog.at_level(logging.WARNING, logger="prenoise.kernel"):
+        status = kernel.backend_status()
+    assert (status.name, status.active) == ("torch", False), status
+    assert status.reason.startswith("self-check against torch failed")
+    candidates = [n for n in ("avx512-fma", "avx2-fma", "scalar-libm") if f"{n}: " in status.reason]
+    assert candidates and all(f"{n}: {reason}" in status.reason for n in candidates)
+    assert [r.levelno for r in caplog.records if r.name == "prenoise.kernel"] == [logging.WARNING]
+
+    # the fallback is engaged: torch serves every draw, the kernel is never called
+    called: list[int] = []
+    monkeypatch.setattr(kernel, "_fill_with", lambda out, *a: called.append(out.numel()))
+    monkeypatch.setattr(kernel, "_keep_prefix_with", lambda shape, *a: called.append(0))
+    ref_gen, gen = _gens(8)
+    assert _same_bits(kernel.randn(5000, generator=gen), torch.randn(5000, generator=ref_gen))
+    got = kernel.randn_keep_prefix((6, 1000), (2,), generator=gen)
+    assert _same_bits(got, torch.randn((6, 1000), generator=ref_gen)[:2].contiguous())
+    buf, ref = torch.empty(3000), torch.empty(3000)
+    kernel.fill_normal_(buf, gen)
+    ref.normal_(generator=ref_gen)
+    assert _same_bits(buf, ref) and _same_state(gen, ref_gen)
+    assert called == []

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -149,3 +150,63 @@ def test_blocks_that_cannot_share_a_buffer_use_cat() -> None:
     assert bitwise_equal(out.detach(), expected.detach())
     mixed_dtypes = mix_conditions([rows(1, 4), rows(2, 4).double()], rows(3, 8), [1.0, 1.0])
     assert mixed_dtypes.dtype == torch.float64  # torch.cat's promotion, as before
+
+
+# -- half precision against an explicit per-element formula -------------------------------------
+
+
+def _round_half(x: np.ndarray, dtype: torch.dtype) -> np.ndarray:
+    """float32 values rounded to `dtype` (nearest, ties to even) and widened back to float32.
+
+    float16 by numpy's IEEE conversion; bfloat16 by hand on the bits (no NaNs here): add
+    0x7FFF plus the lowest kept bit, then drop the low 16 bits.
+    """
+    if dtype == torch.float16:
+        return x.astype(np.float16).astype(np.float32)
+    u = x.view(np.uint32).astype(np.uint64)
+    u = (u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000
+    return u.astype(np.uint32).view(np.float32)
+
+
+def half_reference(
+    clean: torch.Tensor, noise: torch.Tensor, tau: float, *, rounded_once: bool = False
+) -> torch.Tensor:
+    """The documented rounding points, element by element, in numpy float32: `tau` and
+    `1 − tau` stay float32 (`1 − tau` computed in float32); each product is computed in float32
+    and rounded to the half dtype; the sum of the two rounded products is computed in float32
+    and rounded to the half dtype. `rounded_once` is the wrong variant (one rounding at the end).
+    """
+    dtype = clean.dtype
+    c, n = clean.float().numpy(), noise.float().numpy()
+    t = np.float32(tau)
+    one_minus = np.float32(1.0) - t
+    if rounded_once:
+        out = _round_half(c * t + n * one_minus, dtype)
+    else:
+        out = _round_half(_round_half(c * t, dtype) + _round_half(n * one_minus, dtype), dtype)
+    return torch.from_numpy(np.ascontiguousarray(out)).to(dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("tau", [0.0, 0.3, 0.999, 1.0])
+def test_half_mix_equals_the_per_element_formula(dtype: torch.dtype, tau: float) -> None:
+    clean = rows(5, 96, 70).t().to(dtype)  # non-contiguous [70, 96]: 6,720 values
+    noise = rows(6, 70).to(dtype)
+    expected = clean.contiguous() if tau == 1.0 else half_reference(clean, noise, tau)
+    assert bitwise_equal(mix_condition(clean, noise, tau), expected)
+    out = torch.full(clean.shape, float("nan"), dtype=dtype)
+    assert bitwise_equal(mix_condition(clean, noise, tau, out=out), expected)
+    blocks = mix_conditions([clean[:30], clean[30:]], noise, [tau, tau])
+    assert bitwise_equal(blocks, expected)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("tau", [0.3, 0.999])
+def test_half_formula_tells_one_rounding_from_three(dtype: torch.dtype, tau: float) -> None:
+    """The reference has teeth: computing in float32 and rounding once changes hundreds of the
+    6,720 values, so the test above fails for that implementation."""
+    clean, noise = rows(5, 96, 70).t().to(dtype), rows(6, 70).to(dtype)
+    right = half_reference(clean, noise, tau)
+    wrong = half_reference(clean, noise, tau, rounded_once=True)
+    differing = int((right.view(torch.int16) != wrong.view(torch.int16)).sum())
+    assert differing > 500, differing

@@ -26,6 +26,7 @@ from prenoise.ref2va import pipeline as pipeline_module
 from prenoise.ref2va.config import load_recipe
 from prenoise.ref2va.pipeline import Ref2VAPipeline
 from prenoise.ref2va.verification import verify_recipe
+from prenoise.verify import tensor_sha256
 
 TINY = Path(__file__).with_name("tiny-recipe.yaml")
 WORKER = "ref2va-prep"
@@ -139,6 +140,15 @@ def test_unperturbed_verify_is_equal_and_really_overlapped(
         "visual_condition_noise.0",
     ]
     assert {d.thread for d in serial} == {threading.current_thread().name}
+    # and both arms equal plain torch code, not just each other
+    geo, seed = recipe.geometry(), recipe.output_seed(0)
+    audio = torch.randn(2 * geo.audio_t, 32, generator=torch.Generator().manual_seed(seed))
+    full = torch.randn(1, 24, geo.T, geo.h, geo.w, generator=torch.Generator().manual_seed(seed))
+    video = full.view(1, 24, geo.T, 1, geo.h // 2, 2, geo.w // 2, 2)
+    video = video.permute(0, 2, 4, 6, 1, 3, 5, 7).reshape(-1, 96)
+    fields = result.to_json()["fields"]
+    assert fields["initial_audio_noise"]["sha256"] == tensor_sha256(audio)
+    assert fields["initial_video_noise"]["sha256"] == tensor_sha256(video)
 
 
 @pytest.mark.parametrize("case", list(DRAW_CASES))

@@ -8,7 +8,7 @@ STAMP := $(VENV)/.prenoise-installed
 export HF_HUB_OFFLINE := 1
 
 .PHONY: setup demo test lint typecheck pytest clean setup-vllm-omni pytest-vllm-omni \
-	aarch64-tools aarch64-stream-digest
+	aarch64-tools aarch64-stream-digest mutation
 
 setup: $(STAMP)
 
@@ -97,5 +97,15 @@ aarch64-stream-digest: aarch64-tools $(AARCH64_DUMP)
 
 test: lint typecheck aarch64-tools pytest pytest-vllm-omni
 
+# Mutation testing (not part of `make test`; it takes long): mutmut, pinned, mutates the modules
+# listed under [tool.mutmut] in pyproject.toml and runs the tests that reach each mutant.
+# `make mutation MUTANTS='prenoise.mixing.*'` runs one module. Results: docs/mutation.md.
+MUTMUT_PIN := mutmut==3.8.1
+MUTANTS ?=
+mutation: $(STAMP)
+	$(PY) -m pip install -q --disable-pip-version-check $(MUTMUT_PIN) $(TORCH_PIN)
+	$(VENV)/bin/mutmut run --max-children 2 $(MUTANTS)
+	$(VENV)/bin/mutmut results
+
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) build src/*.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(VLLM_VENV) build src/*.egg-info .pytest_cache .mypy_cache .ruff_cache mutants

@@ -210,3 +210,42 @@ def test_half_formula_tells_one_rounding_from_three(dtype: torch.dtype, tau: flo
     wrong = half_reference(clean, noise, tau, rounded_once=True)
     differing = int((right.view(torch.int16) != wrong.view(torch.int16)).sum())
     assert differing > 500, differing
+
+
+def test_mix_conditions_errors_name_the_counts() -> None:
+    with pytest.raises(ValueError, match=r"^2 conditions but 1 taus$"):
+        mix_conditions([rows(1, 3), rows(2, 3)], rows(3, 6), [0.5])
+    with pytest.raises(ValueError, match=r"^mix_conditions needs at least one condition$"):
+        mix_conditions([], rows(3, 6), [])
+    with pytest.raises(ValueError, match=r"^noise has 4 rows, conditions have 3$"):
+        mix_conditions([rows(1, 3)], rows(1, 4, 7), [0.5])
+
+
+def test_blocks_sharing_device_dtype_and_row_shape_are_mixed_in_place(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The documented fast path: same device, dtype and row shape -> every block is mixed
+    straight into its rows of one result (`out=`); anything else -> per-block results + cat."""
+    from prenoise import mixing
+
+    used_out: list[bool] = []
+    real = mixing.mix_condition
+
+    def spy(clean: torch.Tensor, noise: object, tau: object, **kw: object) -> torch.Tensor:
+        used_out.append(kw.get("out") is not None)
+        return real(clean, noise, tau, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(mixing, "mix_condition", spy)
+    a, b, noise = rows(1, 10), rows(2, 20), rows(3, 30)
+    same = mixing.mix_conditions([a, b], noise, [0.5, 0.25])
+    assert used_out == [True, True]
+    used_out.clear()
+    wide = rows(4, 20, 97)
+    with pytest.raises(ValueError):  # different row shapes: per block, and the noise must match
+        mixing.mix_conditions([a, wide], noise, [0.5, 0.25])
+    assert used_out[:1] == [False]
+    used_out.clear()
+    mixing.mix_conditions([a, b.double()], torch.cat([noise[:10], noise[10:].double()]), [1, 1])
+    assert used_out == [False, False]
+    expected = torch.cat([reference_mix(a, noise[:10], 0.5), reference_mix(b, noise[10:], 0.25)])
+    assert bitwise_equal(same, expected)

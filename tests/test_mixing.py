@@ -249,3 +249,53 @@ def test_blocks_sharing_device_dtype_and_row_shape_are_mixed_in_place(
     assert used_out == [False, False]
     expected = torch.cat([reference_mix(a, noise[:10], 0.5), reference_mix(b, noise[10:], 0.25)])
     assert bitwise_equal(same, expected)
+
+
+def test_exact_texts_and_contracts_of_mix_condition() -> None:
+    clean, noise = rows(1, 8), rows(2, 8)
+    with pytest.raises(
+        ValueError, match=r"^out must not share memory with clean \(inputs are never mutated\)$"
+    ):
+        mix_condition(clean, noise, 0.5, out=clean)
+    # tau == 1: a new *contiguous* tensor, also for non-contiguous clean rows
+    strided = rows(3, 96, 8).t()
+    kept = mix_condition(strided, noise, 1.0)
+    assert kept.is_contiguous() and bitwise_equal(kept, strided.contiguous())
+    # a callable noise source is produced (once) when tau != 1
+    calls: list[int] = []
+
+    def make() -> torch.Tensor:
+        calls.append(1)
+        return noise
+
+    assert bitwise_equal(mix_condition(clean, make, 0.5), reference_mix(clean, noise, 0.5))
+    assert calls == [1]
+
+
+def test_out_path_allocates_exactly_one_scratch_buffer_of_the_rows_shape(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The `out=` path allocates a scratch of `clean`'s shape with `kernel.empty` on the CPU (so
+    big buffers get 2 MiB pages), and never makes torch resize an output."""
+    import warnings
+
+    from prenoise import kernel
+
+    allocated: list[tuple[tuple[int, ...], torch.dtype]] = []
+    real = kernel.empty
+
+    def spy(size: tuple[int, ...], dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        allocated.append((tuple(size), dtype))
+        return real(size, dtype)
+
+    monkeypatch.setattr(kernel, "empty", spy)
+    clean, noise = rows(1, 70), rows(2, 70)
+    out = torch.empty(70, 96)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # e.g. "An output ... was resized"
+        mix_condition(clean, noise, 0.3, out=out)
+        mixed = mix_conditions([clean[:30], clean[30:]], noise, [0.3, 0.3])
+    # mix_condition's scratch; mix_conditions' result, then one scratch per block
+    assert [shape for shape, _ in allocated] == [(70, 96), (70, 96), (30, 96), (40, 96)]
+    assert {dtype for _, dtype in allocated} == {torch.float32}
+    assert bitwise_equal(out, reference_mix(clean, noise, 0.3)) and bitwise_equal(mixed, out)

@@ -299,3 +299,37 @@ def test_out_path_allocates_exactly_one_scratch_buffer_of_the_rows_shape(
     assert [shape for shape, _ in allocated] == [(70, 96), (70, 96), (30, 96), (40, 96)]
     assert {dtype for _, dtype in allocated} == {torch.float32}
     assert bitwise_equal(out, reference_mix(clean, noise, 0.3)) and bitwise_equal(mixed, out)
+
+
+def test_coefficients_are_float32_cpu_whatever_tau_and_defaults_are() -> None:
+    tau64 = torch.tensor(0.999, dtype=torch.float64)
+    tau, one_minus = mix_coefficients(tau64)
+    assert tau.dtype == one_minus.dtype == torch.float32
+    assert bitwise_equal(one_minus, torch.tensor(1.0) - torch.tensor(0.999))
+    with torch.device("meta"):  # a different default device does not move the coefficients
+        tau, one_minus = mix_coefficients(0.5)
+    assert tau.device.type == one_minus.device.type == "cpu"
+    with pytest.raises(ValueError, match=r"^tau must be a scalar, got shape \(2,\)$"):
+        mix_coefficients([0.5, 0.5])
+    with pytest.raises(ValueError, match=r"^tau must be in \[0, 1\], got 1.5$"):
+        mix_coefficients(1.5)
+
+
+def test_exact_texts_for_noise_that_does_not_fit() -> None:
+    clean = rows(1, 8)
+    with pytest.raises(
+        ValueError, match=r"^noise dtype torch.float64 does not match clean dtype torch.float32$"
+    ):
+        mix_condition(clean, rows(2, 8).double(), 0.5)
+    noise = rows(2, 8)
+    with pytest.raises(
+        ValueError, match=r"^out must not share memory with noise \(inputs are never mutated\)$"
+    ):
+        mix_condition(clean, noise, 0.5, out=noise)
+
+
+def test_clean_rows_stay_on_their_device_and_the_noise_moves_there() -> None:
+    """(The meta device stands in for an accelerator on this CPU-only machine.)"""
+    clean = torch.empty(8, 96, device="meta")
+    mixed = mix_condition(clean, rows(2, 8), 0.5)
+    assert mixed.device.type == "meta" and mixed.shape == (8, 96)

@@ -39,7 +39,7 @@ import hashlib
 import json
 import math
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
@@ -236,23 +236,22 @@ def _require(stream: str, dtype: torch.dtype) -> _Impl:
 
 def _fill_f32(out: torch.Tensor, generator: torch.Generator, impl: _Impl, threads: int) -> None:
     """Contiguous float32, numel >= 16."""
-    if impl.code < 0:
-        out.normal_(generator=generator)
-        return
-    ext = kernel._ext
-    assert ext is not None
-    state = generator.get_state()
-    try:
-        ext.fill_f32(
-            out.data_ptr(), out.numel(), state.data_ptr(), state.numel(), threads, impl.code
-        )
-    except ValueError as exc:  # never fall back to torch: it may draw another stream
-        raise NoiseStreamError(f"the noise kernel cannot draw from this generator: {exc}") from exc
-    generator.set_state(state)
+    _kernel_fill(out, generator, impl, lambda ext, *args: ext.fill_f32(*args, threads, impl.code))
 
 
 def _fill_f64(out: torch.Tensor, generator: torch.Generator, impl: _Impl) -> None:
     """Contiguous float64, numel >= 16."""
+    _kernel_fill(out, generator, impl, lambda ext, *args: ext.fill_f64(*args))
+
+
+def _kernel_fill(
+    out: torch.Tensor,
+    generator: torch.Generator,
+    impl: _Impl,
+    fill: Callable[..., None],
+) -> None:
+    """`fill(ext, out_ptr, numel, state_ptr, state_numel)` on the generator's own state (torch's
+    `normal_` when `impl` is torch's). Never falls back to torch: it may draw another stream."""
     if impl.code < 0:
         out.normal_(generator=generator)
         return
@@ -260,7 +259,7 @@ def _fill_f64(out: torch.Tensor, generator: torch.Generator, impl: _Impl) -> Non
     assert ext is not None
     state = generator.get_state()
     try:
-        ext.fill_f64(out.data_ptr(), out.numel(), state.data_ptr(), state.numel())
+        fill(ext, out.data_ptr(), out.numel(), state.data_ptr(), state.numel())
     except ValueError as exc:
         raise NoiseStreamError(f"the noise kernel cannot draw from this generator: {exc}") from exc
     generator.set_state(state)

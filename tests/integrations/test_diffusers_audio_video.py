@@ -20,15 +20,9 @@ from diffusers_tiny import (
     global_rng_arms,
 )
 
-import prenoise.integrations.diffusers.call as call_module
 from prenoise.integrations.diffusers import overlapped_call_with_report, plan_call
 
 LOGGER = "prenoise.integrations.diffusers"
-
-
-@pytest.fixture(autouse=True)
-def _fresh_log_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(call_module, "_logged", set())
 
 
 @pytest.fixture

@@ -19,7 +19,6 @@ from diffusers_tiny import (
     output_tensor,
 )
 
-import prenoise.integrations.diffusers.call as call_module
 from prenoise.integrations.diffusers import (
     PlannedDraw,
     overlapped_call_with_report,
@@ -29,11 +28,6 @@ from prenoise.integrations.diffusers.pipelines.wan import plan_wan
 
 LOGGER = "prenoise.integrations.diffusers"
 WAN = "diffusers.pipelines.wan.pipeline_wan.WanPipeline"
-
-
-@pytest.fixture(autouse=True)
-def _fresh_log_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(call_module, "_logged", set())
 
 
 @pytest.fixture

@@ -30,11 +30,6 @@ from prenoise.integrations.diffusers import (
 LOGGER = "prenoise.integrations.diffusers"
 
 
-@pytest.fixture(autouse=True)
-def _fresh_log_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(call_module, "_logged", set())
-
-
 def _messages(caplog: pytest.LogCaptureFixture, level: int) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.name == LOGGER and r.levelno == level]
 

@@ -15,10 +15,9 @@ compression with canvases aligned to 32 — through the processor methods upstre
 from __future__ import annotations
 
 import subprocess
-import threading
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -52,7 +51,6 @@ class StandInHooks:
     """Called when the text encoder starts (lets a test hold the request in encoding)."""
     on_transformer_call: Callable[[int], None] | None = None
     transformer_calls: int = 0
-    encode_threads: list[str] = field(default_factory=list)
 
 
 # -- processor + tokenizer --------------------------------------------------------------------
@@ -111,7 +109,6 @@ class _TextEncoder(torch.nn.Module):
         pass
 
     def encode_ids(self, input_ids: torch.Tensor, **vision: torch.Tensor) -> torch.Tensor:
-        self.hooks.encode_threads.append(threading.current_thread().name)
         if self.hooks.on_text_encode is not None:
             self.hooks.on_text_encode()
         if self.hooks.fail_text_encoder is not None:

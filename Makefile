@@ -97,15 +97,14 @@ aarch64-stream-digest: aarch64-tools $(AARCH64_DUMP)
 
 test: lint typecheck aarch64-tools pytest pytest-vllm-omni
 
-# Mutation testing (not part of `make test`; it takes long): mutmut, pinned, mutates the modules
-# listed under [tool.mutmut] in pyproject.toml and runs the tests that reach each mutant.
-# `make mutation MUTANTS='prenoise.mixing.*'` runs one module. Results: docs/mutation.md.
+# Mutation testing (not part of `make test`; it takes long): mutmut, pinned, runs per module in
+# build/mutation/<module>/ against that module's tests (scripts/mutation.py lists both).
+# `make mutation MODULES=draws` runs one module. Results and survivors: docs/mutation.md.
 MUTMUT_PIN := mutmut==3.8.1
-MUTANTS ?=
+MODULES ?= all
 mutation: $(STAMP)
 	$(PY) -m pip install -q --disable-pip-version-check $(MUTMUT_PIN) $(TORCH_PIN)
-	$(VENV)/bin/mutmut run --max-children 2 $(MUTANTS)
-	$(VENV)/bin/mutmut results
+	$(PY) scripts/mutation.py $(MODULES)
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) build src/*.egg-info .pytest_cache .mypy_cache .ruff_cache mutants

@@ -1,9 +1,10 @@
 """Check that given tests kill given mutmut mutants, without a full `mutmut run`.
 
-    .venv/bin/python scripts/mutant_kills.py tests/test_draws_contract.py \
-        'prenoise.draws.x_run_plan__mutmut_6' 'prenoise.draws.x__itemsize__mutmut_4'
+    .venv/bin/python scripts/mutant_kills.py draws tests/test_draws_contract.py \
+        'prenoise.draws.x_run_plan__mutmut_6' 'prenoise.draws.x__itemsize__mutmut_*'
 
-Runs pytest once per mutant inside `mutants/` (which `make mutation` generated), with
+Runs pytest once per mutant inside `build/mutation/<module>/mutants/` (which
+`scripts/mutation.py <module>` generated), with
 `MUTANT_UNDER_TEST` selecting the mutant, the way mutmut does. Prints `killed`/`SURVIVED` per
 mutant and exits 1 if any survived. Mutant names may use shell-style wildcards, matched against
 `mutmut results`.
@@ -18,13 +19,13 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-MUTANTS = ROOT / "mutants"
+TREE = ROOT
 
 
 def _all_mutants() -> list[str]:
     out = subprocess.run(
         [str(ROOT / ".venv/bin/mutmut"), "results", "--all", "true"],
-        cwd=ROOT,
+        cwd=TREE,
         capture_output=True,
         text=True,
         check=False,
@@ -33,7 +34,7 @@ def _all_mutants() -> list[str]:
 
 
 def _pytest(tests: list[str], mutant: str | None) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, PYTHONPATH=str(MUTANTS / "src"))
+    env = dict(os.environ, PYTHONPATH=str(TREE / "mutants" / "src"))
     env.pop("MUTANT_UNDER_TEST", None)
     if mutant is not None:
         env["MUTANT_UNDER_TEST"] = mutant
@@ -48,7 +49,7 @@ def _pytest(tests: list[str], mutant: str | None) -> subprocess.CompletedProcess
             "no:cacheprovider",
             *[str(ROOT / t) for t in tests],
         ],
-        cwd=MUTANTS,
+        cwd=TREE / "mutants",
         env=env,
         capture_output=True,
         text=True,
@@ -57,10 +58,12 @@ def _pytest(tests: list[str], mutant: str | None) -> subprocess.CompletedProcess
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) < 2:
+    global TREE
+    if len(argv) < 3:
         print(__doc__)
         return 2
-    tests, patterns = argv[0].split(","), argv[1:]
+    TREE = ROOT / "build" / "mutation" / argv[0]
+    tests, patterns = argv[1].split(","), argv[2:]
     names = [p for p in patterns if not any(c in p for c in "*?[")]
     globs = [p for p in patterns if p not in names]
     if globs:

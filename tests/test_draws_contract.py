@@ -194,3 +194,163 @@ def test_a_callers_generator_is_advanced_in_place() -> None:
     g, ref = torch.Generator().manual_seed(9), torch.Generator().manual_seed(9)
     out = run_stream(Stream("s", g, (Draw("d", (40,)),)))["d"]
     assert bitwise_equal(out, torch.randn(40, generator=ref)) and same_state(g, ref)
+
+
+def test_draw_errors_read_exactly() -> None:
+    with _raises(ValueError, "draw 'd': negative size in shape (4, -1)"):
+        Draw("d", (4, -1))
+    with _raises(ValueError, "draw 'd': keep (0,) is not a non-empty prefix of (4, 16)"):
+        Draw("d", (4, 16), keep=(0,))
+    with _raises(ValueError, "draw 'd': keep (4, 16, 1) is not a non-empty prefix of (4, 16)"):
+        Draw("d", (4, 16), keep=(4, 16, 1))
+
+
+def test_keep_is_frozen_and_may_cover_every_dim() -> None:
+    d = Draw("d", (4, 16), keep=[2])  # type: ignore[arg-type]
+    assert type(d.keep) is tuple and d.keep == (2,) and d.kept_shape == (2, 16)
+    full = Draw("d", (4, 16), keep=(2, 8))
+    assert full.kept_shape == (2, 8)
+    g, ref = torch.Generator().manual_seed(3), torch.Generator().manual_seed(3)
+    expected = torch.randn((4, 16), generator=ref)[:2, :8].contiguous()
+    assert bitwise_equal(run_draw(full, g), expected) and same_state(g, ref)
+
+
+def test_chunk_bounds_refuses_zero_with_its_own_message() -> None:
+    with _raises(ValueError, "chunk_elems must be a positive multiple of 16, got 0"):
+        list(draws.chunk_bounds(64, 0))
+
+
+def test_fill_errors_read_exactly() -> None:
+    g = torch.Generator()
+    with _raises(ValueError, "fill_normal_ needs a CPU tensor, got meta"):
+        draws.fill_normal_(torch.empty(64, device="meta"), g)
+    with _raises(
+        ScalarPathError,
+        "a tensor of 15 elements is filled on torch's stateful scalar path; "
+        "pass allow_scalar_path=True to accept",
+    ):
+        draws.fill_normal_(torch.empty(15), g)
+    with _raises(
+        ScalarPathError,
+        "a non-contiguous tensor of 32 elements is filled on torch's stateful scalar path; "
+        "pass allow_scalar_path=True to accept",
+    ):
+        draws.fill_normal_(torch.empty(64)[::2], g)
+    with _raises(ValueError, "draw 'h': a native half draw cannot fill a buffer"):
+        run_draw(
+            Draw("h", (17,), torch.float16, half_rule=draws.HalfDrawRule.NATIVE),
+            g,
+            out=torch.empty(17, dtype=torch.float16),
+        )
+
+
+def _recording_backend() -> tuple[list[int], draws.FillFn]:
+    chunks: list[int] = []
+
+    def fill(out: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        chunks.append(out.numel())
+        return out.normal_(generator=generator)
+
+    return chunks, fill
+
+
+def test_the_fill_backend_serves_float32_only() -> None:
+    chunks, fill = _recording_backend()
+    set_fill_backend(fill)
+    try:
+        draws.fill_normal_(torch.empty(64, dtype=torch.float64), torch.Generator())
+        assert chunks == []
+        draws.fill_normal_(torch.empty(64), torch.Generator())
+    finally:
+        set_fill_backend(None)
+    assert chunks == [64]
+
+
+def test_only_a_cancellable_fill_is_chunked_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(draws, "CANCEL_CHUNK_ELEMS", 32)
+    chunks, fill = _recording_backend()
+    set_fill_backend(fill)
+    try:
+        draws.fill_normal_(torch.empty(100), torch.Generator())
+        assert chunks == [100]
+        chunks.clear()
+        draws.fill_normal_(torch.empty(100), torch.Generator(), cancel=threading.Event())
+        assert chunks == [32, 32, 36]
+    finally:
+        set_fill_backend(None)
+
+
+def _keep_prefix_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[object, ...]]:
+    from prenoise import kernel
+
+    calls: list[tuple[object, ...]] = []
+    real = kernel.randn_keep_prefix
+
+    def spy(shape: object, keep: object, **kwargs: object) -> torch.Tensor:
+        calls.append((shape, keep, kwargs.get("stream")))
+        return real(shape, keep, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(kernel, "randn_keep_prefix", spy)
+    return calls
+
+
+def test_the_keep_prefix_path_is_taken_exactly_when_it_applies(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls = _keep_prefix_calls(monkeypatch)
+    keep = Draw("k", (4, 256), keep=(1,))
+
+    def expect(**kwargs: object) -> torch.Tensor:
+        g, ref = torch.Generator().manual_seed(8), torch.Generator().manual_seed(8)
+        got = run_draw(keep, g, **kwargs)  # type: ignore[arg-type]
+        full = torch.randn((4, 256), generator=ref)
+        assert bitwise_equal(got, full[:1].contiguous()) and same_state(g, ref)
+        return full
+
+    expect()
+    assert calls == [((4, 256), (1,), "native")]
+    calls.clear()
+    buffer = torch.empty((4, 256))
+    full = expect(out=buffer)  # a caller's buffer is filled whole
+    assert calls == [] and bitwise_equal(buffer, full)
+    expect(chunk_elems=256)  # chunked fills go through the chunk loop
+    assert calls == []
+    chunks, fill = _recording_backend()
+    set_fill_backend(fill)
+    try:
+        expect()  # a custom backend must see every value
+    finally:
+        set_fill_backend(None)
+    assert calls == [] and chunks == [1024]
+    g = torch.Generator().manual_seed(8)
+    run_draw(Draw("k64", (4, 256), torch.float64, keep=(1,)), g)
+    assert calls == []
+    run_draw(Draw("tiny", (1, 15), keep=(1,)), g, allow_scalar_path=True)
+    assert calls == []
+
+
+def test_a_keep_prefix_draw_in_a_named_stream(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = _keep_prefix_calls(monkeypatch)
+    g = torch.Generator().manual_seed(4)
+    got = run_draw(Draw("k", (4, 256), keep=(1,)), g, noise_stream="libm")
+    ref = torch.Generator().manual_seed(4)
+    full = noise_streams.randn((4, 256), generator=ref, stream="libm")
+    assert calls == [((4, 256), (1,), "libm")]
+    assert bitwise_equal(got, full[:1].contiguous()) and same_state(g, ref)
+
+
+class _SetAfter:
+    """A cancel event that reads unset `n` times, then set."""
+
+    def __init__(self, n: int) -> None:
+        self.reads = 0
+        self.n = n
+
+    def is_set(self) -> bool:
+        self.reads += 1
+        return self.reads > self.n
+
+
+def test_a_keep_prefix_draw_checks_cancel_after_drawing() -> None:
+    with _raises(Cancelled, "draw 'k': cancelled"):
+        run_draw(Draw("k", (4, 256), keep=(1,)), torch.Generator(), cancel=_SetAfter(1))

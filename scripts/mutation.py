@@ -1,0 +1,140 @@
+"""Run mutmut one module at a time, each against the tests that own it.
+
+    .venv/bin/python scripts/mutation.py draws verify      # or: all (the default)
+
+mutmut runs every test that reaches a mutant, and a surviving mutant runs all of them. With the
+whole suite selected, a survivor in `draws` ran the diffusers pipelines too (about two minutes
+each on 2 cores). So each module gets its own work tree, `build/mutation/<module>/`, holding a
+copy of `src/`, `tests/` and `pyproject.toml` whose `[tool.mutmut]` names that module and its
+tests (`MODULES` below). mutmut's state stays in that tree, so a module can be resumed, and one
+module's configuration never resets another's results. Results are written to
+`build/mutation/<module>/results.txt` (`mutmut results --all true`) and summarised on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import glob
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BUILD = ROOT / "build" / "mutation"
+MUTMUT = ROOT / ".venv" / "bin" / "mutmut"
+
+_DRAW_TESTS = [
+    "tests/test_draws*.py",
+    "tests/test_noise_streams.py",
+    "tests/test_budget.py",
+    "tests/test_layouts.py",
+    "tests/test_cancel_points.py",
+]
+MODULES: dict[str, tuple[list[str], list[str]]] = {
+    # name: (files to mutate, test globs)
+    "draws": (["src/prenoise/draws.py"], [*_DRAW_TESTS, "tests/test_kernel*.py"]),
+    "kernel": (["src/prenoise/kernel.py"], ["tests/test_kernel*.py", *_DRAW_TESTS]),
+    "mixing": (["src/prenoise/mixing.py"], ["tests/test_mixing*.py"]),
+    "verify": (["src/prenoise/verify.py"], ["tests/test_verify*.py"]),
+    "executor": (
+        ["src/prenoise/executor.py"],
+        ["tests/test_executor*.py", "tests/test_cancel_points.py"],
+    ),
+    "prediction": (
+        ["src/prenoise/prediction.py", "src/prenoise/rng_guard.py"],
+        ["tests/test_rng_guard_prediction*.py", "tests/test_executor*.py"],
+    ),
+    "ref2va_verification": (
+        ["src/prenoise/ref2va/verification.py"],
+        ["tests/ref2va/test_verify_verdicts*.py"],
+    ),
+    "diffusers": (
+        [
+            "src/prenoise/integrations/diffusers/queue.py",
+            "src/prenoise/integrations/diffusers/call.py",
+        ],
+        ["tests/integrations/test_*.py"],
+    ),
+}
+
+_STATUS = re.compile(r"^\s*(\S+): (.+)$")
+
+
+def _config(files: list[str], tests: list[str]) -> str:
+    def toml_list(items: list[str]) -> str:
+        return "[" + ", ".join(f'"{i}"' for i in items) + "]"
+
+    return (
+        "\n[tool.mutmut]\n"
+        'source_paths = ["src"]\n'
+        f"only_mutate = {toml_list(files)}\n"
+        f"pytest_add_cli_args_test_selection = {toml_list(tests)}\n"
+        'pytest_add_cli_args = ["-p", "no:cacheprovider", "-p", "no:warnings"]\n'
+        'process_isolation = "forkserver"\n'
+    )
+
+
+def _prepare(module: str) -> Path:
+    files, test_globs = MODULES[module]
+    tree = BUILD / module
+    tree.mkdir(parents=True, exist_ok=True)
+    for name in ("src", "tests"):
+        # dirs_exist_ok keeps mutmut's `mutants/` (and its resumable state) beside the copies
+        shutil.copytree(
+            ROOT / name,
+            tree / name,
+            dirs_exist_ok=True,
+            ignore=shutil.ignore_patterns("__pycache__"),
+        )
+    tests = sorted({p for g in test_globs for p in glob.glob(g, root_dir=ROOT)})
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    pyproject = re.sub(r"\n\[tool\.mutmut\]\n(?:[^\[].*\n|\n)*", "\n", pyproject)
+    (tree / "pyproject.toml").write_text(pyproject + _config(files, tests))
+    return tree
+
+
+def run(module: str, max_children: int) -> collections.Counter[str]:
+    tree = _prepare(module)
+    print(f"== {module}: {tree}", flush=True)
+    subprocess.run(
+        [str(MUTMUT), "run", "--max-children", str(max_children)],
+        cwd=tree,
+        check=False,
+        stdout=subprocess.DEVNULL,
+    )
+    results = subprocess.run(
+        [str(MUTMUT), "results", "--all", "true"],
+        cwd=tree,
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout
+    (tree / "results.txt").write_text(results)
+    counts = collections.Counter(
+        m.group(2) for line in results.splitlines() if (m := _STATUS.match(line))
+    )
+    print(f"   {module}: {dict(counts)}", flush=True)
+    return counts
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "modules", nargs="*", default=["all"], help=f"any of {', '.join(MODULES)} (default: all)"
+    )
+    parser.add_argument("--max-children", type=int, default=2)
+    args = parser.parse_args()
+    modules = list(MODULES) if args.modules in (["all"], []) else args.modules
+    unknown = [m for m in modules if m not in MODULES]
+    if unknown:
+        parser.error(f"unknown module(s) {unknown}; choose from {list(MODULES)}")
+    for module in modules:
+        run(module, args.max_children)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -102,8 +102,9 @@ test: lint typecheck aarch64-tools pytest pytest-vllm-omni
 # `make mutation MODULES=draws` runs one module. Results and survivors: docs/mutation.md.
 MUTMUT_PIN := mutmut==3.8.1
 MODULES ?= all
-mutation: $(STAMP)
+mutation: $(STAMP) $(VLLM_STAMP)
 	$(PY) -m pip install -q --disable-pip-version-check $(MUTMUT_PIN) $(TORCH_PIN)
+	$(VLLM_PY) -m pip install -q --disable-pip-version-check $(MUTMUT_PIN) $(TORCH_PIN)
 	$(PY) scripts/mutation.py $(MODULES)
 
 clean:

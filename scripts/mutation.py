@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import glob
 import re
 import shutil
@@ -24,7 +25,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD = ROOT / "build" / "mutation"
-MUTMUT = ROOT / ".venv" / "bin" / "mutmut"
 
 _DRAW_TESTS = [
     "tests/test_draws*.py",
@@ -33,30 +33,45 @@ _DRAW_TESTS = [
     "tests/test_layouts.py",
     "tests/test_cancel_points.py",
 ]
-MODULES: dict[str, tuple[list[str], list[str]]] = {
-    # name: (files to mutate, test globs)
-    "draws": (["src/prenoise/draws.py"], [*_DRAW_TESTS, "tests/test_kernel*.py"]),
-    "kernel": (["src/prenoise/kernel.py"], ["tests/test_kernel*.py", *_DRAW_TESTS]),
-    "mixing": (["src/prenoise/mixing.py"], ["tests/test_mixing*.py"]),
-    "verify": (["src/prenoise/verify.py"], ["tests/test_verify*.py"]),
-    "executor": (
-        ["src/prenoise/executor.py"],
-        ["tests/test_executor*.py", "tests/test_cancel_points.py"],
+
+
+@dataclasses.dataclass(frozen=True)
+class Module:
+    files: list[str]  # what mutmut mutates
+    tests: list[str]  # globs of the test files selected for it
+    venv: str = ".venv"  # the vLLM-Omni plugin needs its own venv (upstream pins diffusers)
+
+
+MODULES: dict[str, Module] = {
+    "draws": Module(["src/prenoise/draws.py"], [*_DRAW_TESTS, "tests/test_kernel*.py"]),
+    "kernel": Module(["src/prenoise/kernel.py"], ["tests/test_kernel*.py", *_DRAW_TESTS]),
+    "mixing": Module(["src/prenoise/mixing.py"], ["tests/test_mixing*.py"]),
+    "verify": Module(["src/prenoise/verify.py"], ["tests/test_verify*.py"]),
+    "executor": Module(
+        ["src/prenoise/executor.py"], ["tests/test_executor*.py", "tests/test_cancel_points.py"]
     ),
-    "prediction": (
+    "prediction": Module(
         ["src/prenoise/prediction.py", "src/prenoise/rng_guard.py"],
         ["tests/test_rng_guard_prediction*.py", "tests/test_executor*.py"],
     ),
-    "ref2va_verification": (
-        ["src/prenoise/ref2va/verification.py"],
-        ["tests/ref2va/test_verify_verdicts*.py"],
+    "ref2va_verification": Module(
+        ["src/prenoise/ref2va/verification.py"], ["tests/ref2va/test_verify_verdicts*.py"]
     ),
-    "diffusers": (
+    "diffusers": Module(
         [
             "src/prenoise/integrations/diffusers/queue.py",
             "src/prenoise/integrations/diffusers/call.py",
         ],
         ["tests/integrations/test_*.py"],
+    ),
+    "vllm_omni": Module(
+        [
+            "src/prenoise/integrations/vllm_omni/plugin.py",
+            "src/prenoise/integrations/vllm_omni/request.py",
+            "src/prenoise/integrations/vllm_omni/settings.py",
+        ],
+        ["tests/vllm_omni_plugin/test_*.py"],
+        venv=".venv-vllm-omni",
     ),
 }
 
@@ -78,7 +93,7 @@ def _config(files: list[str], tests: list[str]) -> str:
 
 
 def _prepare(module: str) -> Path:
-    files, test_globs = MODULES[module]
+    spec = MODULES[module]
     tree = BUILD / module
     tree.mkdir(parents=True, exist_ok=True)
     for name in ("src", "tests"):
@@ -89,24 +104,25 @@ def _prepare(module: str) -> Path:
             dirs_exist_ok=True,
             ignore=shutil.ignore_patterns("__pycache__"),
         )
-    tests = sorted({p for g in test_globs for p in glob.glob(g, root_dir=ROOT)})
+    tests = sorted({p for g in spec.tests for p in glob.glob(g, root_dir=ROOT)})
     pyproject = (ROOT / "pyproject.toml").read_text()
     pyproject = re.sub(r"\n\[tool\.mutmut\]\n(?:[^\[].*\n|\n)*", "\n", pyproject)
-    (tree / "pyproject.toml").write_text(pyproject + _config(files, tests))
+    (tree / "pyproject.toml").write_text(pyproject + _config(spec.files, tests))
     return tree
 
 
 def run(module: str, max_children: int) -> collections.Counter[str]:
     tree = _prepare(module)
+    mutmut = ROOT / MODULES[module].venv / "bin" / "mutmut"
     print(f"== {module}: {tree}", flush=True)
     subprocess.run(
-        [str(MUTMUT), "run", "--max-children", str(max_children)],
+        [str(mutmut), "run", "--max-children", str(max_children)],
         cwd=tree,
         check=False,
         stdout=subprocess.DEVNULL,
     )
     results = subprocess.run(
-        [str(MUTMUT), "results", "--all", "true"],
+        [str(mutmut), "results", "--all", "true"],
         cwd=tree,
         capture_output=True,
         text=True,

@@ -65,10 +65,9 @@ class Prepared(Generic[T_co]):
 @dataclass
 class _Job:
     name: str
-    future: Future[Any]
-    lane: int
     predicted: Hashable
     generators: tuple[torch.Generator, ...]
+    future: Future[Any] = field(init=False)
     start_states: list[torch.Tensor] = field(default_factory=list)
 
 
@@ -153,9 +152,9 @@ class PreparationExecutor:
 
     def _shutdown(self) -> list[str]:
         """Cancel pending jobs, join running ones, drop every result; returns cancelled names."""
-        self._open = False
         self._exiting.set()  # running work that polls `cancel_event` stops at its next point
         with self._lock:
+            self._open = False
             jobs, self._jobs = list(self._jobs.values()), {}
         cancelled = [job.name for job in jobs if job.future.cancel()]
         for lane in self._lanes:
@@ -163,7 +162,8 @@ class PreparationExecutor:
         for job in jobs:
             if not job.future.cancelled() and job.future.exception() is not None:
                 logger.debug("untaken job %r failed: %r", job.name, job.future.exception())
-        self._generator_owner.clear()
+        with self._lock:
+            self._generator_owner.clear()
         return cancelled
 
     # -- work ------------------------------------------------------------------------------
@@ -187,7 +187,7 @@ class PreparationExecutor:
             if name in self._jobs or name in self._taken or name in self._cancelled:
                 raise PreparationStateError(f"{name!r} was already submitted to {self.name!r}")
             lane = self._lane_for(name, tuple(generators))
-            job = _Job(name, Future(), lane, predicted, tuple(generators))
+            job = _Job(name, predicted, tuple(generators))
             job.future = self._lanes[lane].submit(self._run, job, work)
             self._jobs[name] = job
         return Prepared(name)
@@ -270,9 +270,15 @@ class PreparationExecutor:
         del result
         if policy is MismatchPolicy.RAISE or recompute is None:
             raise PredictionMismatchError(name, job.predicted, actual)
-        later = [
-            g for g in job.generators if self._generator_owner.get(id(g), (g, 0, name))[2] != name
-        ]
+        with self._lock:
+            if not self._open:
+                # The exit forgot which jobs came later on these generators: rewinding blind
+                # could replay values a later job already handed out.
+                raise PreparationStateError(
+                    f"take({name!r}): executor {self.name!r} exited while the result was "
+                    "awaited; a mismatched prediction can no longer fall back"
+                )
+            later = [g for g in job.generators if self._generator_owner[id(g)][2] != name]
         if later:
             # Later jobs drew from these generators after this one: rewinding would corrupt them.
             raise PredictionMismatchError(name, job.predicted, actual)

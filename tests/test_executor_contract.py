@@ -6,7 +6,7 @@ import logging
 import re
 import threading
 from collections.abc import Callable, Iterator
-from concurrent.futures import CancelledError, Future
+from concurrent.futures import Future
 from contextlib import ExitStack, contextmanager
 from typing import Any
 
@@ -301,9 +301,9 @@ def test_fallback_take_in_flight_while_another_thread_exits_is_refused() -> None
     assert recomputed == [] and prep.prediction_events == []
 
 
-def test_take_waiting_across_exit_gets_a_plain_cancelled_error() -> None:
+def test_take_waiting_across_exit_is_told_the_job_was_cancelled() -> None:
     """Another thread waits for a queued job when the context exits: the job is cancelled, never
-    runs, and the waiter gets the cancellation unchanged (no note blaming a worker)."""
+    runs, and the waiter is told so by name (no note blaming a worker)."""
     waiting, taker_done, started = threading.Event(), threading.Event(), threading.Event()
     ran: list[str] = []
     outcome: list[object] = []
@@ -335,9 +335,13 @@ def test_take_waiting_across_exit_gets_a_plain_cancelled_error() -> None:
         assert waiting.wait(TIMEOUT_S)
     thread.join(TIMEOUT_S)
     (error,) = outcome
-    assert type(error) is CancelledError, error
+    assert type(error) is PreparationStateError, error
+    assert str(error) == (
+        "'queued' was cancelled before it ran: executor 'prenoise-prep' exited while take() "
+        "waited for it"
+    )
     assert not hasattr(error, "__notes__")
-    assert error.__context__ is None
+    assert error.__cause__ is None and error.__suppress_context__
     assert ran == [] and not prep.threads
 
 

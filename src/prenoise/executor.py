@@ -30,7 +30,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Hashable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Generic, TypeVar
@@ -247,6 +247,14 @@ class PreparationExecutor:
         with self.tracer.span(f"wait:{name}", Category.WAIT):
             try:
                 result = future.result()
+            except CancelledError:
+                if not future.cancelled():
+                    raise
+                # Only the exit cancels a job that was submitted and not yet taken.
+                raise PreparationStateError(
+                    f"{name!r} was cancelled before it ran: executor {self.name!r} exited "
+                    "while take() waited for it"
+                ) from None
             except BaseException as error:
                 # Only the job's own exception came from the worker: a KeyboardInterrupt (or a
                 # signal handler's exception) raised in this thread while it waited did not.

@@ -333,3 +333,10 @@ def test_clean_rows_stay_on_their_device_and_the_noise_moves_there() -> None:
     clean = torch.empty(8, 96, device="meta")
     mixed = mix_condition(clean, rows(2, 8), 0.5)
     assert mixed.device.type == "meta" and mixed.shape == (8, 96)
+
+
+def test_one_condition_mixes_like_mix_condition() -> None:
+    g = torch.Generator().manual_seed(11)
+    clean, noise = torch.randn(3, 40, generator=g), torch.randn(3, 40, generator=g)
+    tau = torch.tensor(0.3)
+    assert bitwise_equal(mix_conditions([clean], noise, [tau]), mix_condition(clean, noise, tau))

@@ -628,3 +628,36 @@ def test_load_failure_reasons_are_one_informative_line(
     with _raises(f"{path}: not a readable torch.save file: {reason}") as info:
         load_saved(path)
     assert info.value.path == str(path)
+
+
+@pytest.mark.filterwarnings("ignore:torch.quantize_per_tensor:UserWarning")
+def test_quantized_tensors_are_refused_not_read_as_bytes() -> None:
+    q1 = torch.quantize_per_tensor(torch.ones(4), 0.1, 0, torch.qint8)
+    q2 = torch.quantize_per_tensor(torch.full((4,), 2.0), 0.2, 0, torch.qint8)
+    assert torch.equal(q1.int_repr(), q2.int_repr())  # same bytes, different values
+    for a, b in ((q1, q2), (q1, q1), (torch.ones(4), q1)):
+        with pytest.raises(UncomparableError, match=r"^x: quantized tensors are not supported"):
+            compare({"x": a}, {"x": b})
+
+
+def test_a_faked_class_does_not_pass_for_a_leaf() -> None:
+    class ClaimsInt:
+        __class__ = int  # type: ignore[assignment]
+
+        def __eq__(self, other: object) -> bool:
+            return True
+
+        __hash__ = object.__hash__
+
+    assert isinstance(ClaimsInt(), int)
+    with pytest.raises(UncomparableError, match=r"^x: cannot compare values of type "):
+        compare({"x": ClaimsInt()}, {"x": ClaimsInt()})
+
+
+def test_a_load_failure_reason_on_the_next_line_is_kept() -> None:
+    from prenoise.verify import _load_failure
+
+    exc = RuntimeError("Weights only load failed.\nWeightsUnpickler error:\n  Bad opcode 0. More.")
+    assert _load_failure(exc) == "holds objects weights_only=True refuses (Bad opcode 0)"
+    bare = RuntimeError("WeightsUnpickler error:")
+    assert _load_failure(bare) == "holds objects weights_only=True refuses (no reason given)"

@@ -187,6 +187,14 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
 
 
 def _compare_tensors(path: str, a: torch.Tensor, b: torch.Tensor) -> FieldReport:
+    if a.is_quantized or b.is_quantized:
+        # Their raw bytes are not the values (scale and zero point live outside), and reading
+        # them as integers has crashed torch.equal.
+        raise UncomparableError(
+            path,
+            "quantized tensors are not supported; compare t.int_repr() and t.q_scale()/"
+            "t.q_zero_point() (or t.dequantize()) instead",
+        )
     try:
         ia, ib = TensorInfo.of(a), TensorInfo.of(b)
         diffs = [] if type(a) is type(b) else ["type"]
@@ -287,7 +295,9 @@ def _children(x: Any, path: str) -> dict[Any, tuple[str, Any]] | None:
 
 
 def _check_supported(x: Any, path: str) -> None:
-    if isinstance(x, (torch.Tensor, Mapping, list, tuple, *_LEAF_TYPES)):
+    # type(x), not isinstance: an object can claim any `__class__`, and an `==` that always says
+    # True must not pass for an int.
+    if issubclass(type(x), (torch.Tensor, Mapping, list, tuple, *_LEAF_TYPES)):
         return
     if dataclasses.is_dataclass(x) and not isinstance(x, type):
         return
@@ -309,7 +319,8 @@ _LEAVE = object()  # stack marker: the walk leaves a container pair
 
 
 def _walk(a: Any, b: Any) -> Iterator[FieldReport]:
-    """Depth-first, in key order (a's keys, then b's extra keys); no recursion, cycle-checked."""
+    """Depth-first, no recursion, cycle-checked. At each level, keys missing on one side are
+    reported first, then the shared keys' subtrees in key order (a's keys, then b's extra ones)."""
     stack: list[tuple[Any, ...]] = [("", a, b)]
     active: set[tuple[int, int]] = set()  # (id(a), id(b)) of the containers being walked
     while stack:
@@ -358,12 +369,13 @@ def compare(a: Any, b: Any) -> ComparisonReport:
     Field labels join identifier-like string keys, dataclass field names and sequence indices
     with dots (`"conditions.0.noise"`); any other mapping key is shown as `[repr(key)]`
     (`"scores[1]"`, `"scores['1']"`, `"['a.b']"`). A key present on one side only is reported
-    as a difference. Raises :class:`UncomparableError` for what cannot be compared faithfully;
-    no two fields ever share a label.
+    as a difference. Raises :class:`UncomparableError` for what cannot be compared faithfully,
+    including two fields whose labels coincide (two key types that print alike, e.g. members
+    of two enum classes with one name): a report never merges two fields.
     """
     fields: dict[str, FieldReport] = {}
     for report in _walk(a, b):
-        if report.path in fields:  # defensive: labels are built to be unique
+        if report.path in fields:  # e.g. enum keys of two same-named classes
             raise UncomparableError(report.path, "two different fields have the same label")
         fields[report.path] = report
     return ComparisonReport(fields)
@@ -413,9 +425,13 @@ def load_saved(path: str | os.PathLike[str]) -> Any:
 def _load_failure(exc: Exception) -> str:
     """The informative line of a `torch.load` error (its first lines are boilerplate)."""
     text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc))
-    for line in text.splitlines():
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
         if "WeightsUnpickler error:" in line:
-            detail = line.split("WeightsUnpickler error:", 1)[1].strip().split(". ")[0]
+            after = line.split("WeightsUnpickler error:", 1)[1].strip()
+            # torch sometimes puts the detail on the next line
+            detail = after or next((rest.strip() for rest in lines[i + 1 :] if rest.strip()), "")
+            detail = detail.split(". ")[0] or "no reason given"
             return f"holds objects weights_only=True refuses ({detail})"[:300]
     first = text.strip().splitlines()[0].split(". ")[0] if text.strip() else ""
     return f"truncated or corrupt ({type(exc).__name__}: {first})"[:300]

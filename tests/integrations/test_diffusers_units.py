@@ -798,3 +798,17 @@ def test_settle_joins_every_job_that_was_not_cancelled() -> None:
     assert q.finish() == "the call did not make the planned draw(s): a, b, c"
     assert ex.taken == [("2:c", ((16,), F32, (id(g2),)))]
     assert same_state(g1, r1) and same_state(g2, r2)
+
+
+def test_a_value_error_outside_the_draws_is_not_reported_as_a_draw(
+    pipe: FakePipe, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Planner errors become a warned plain call ("plan failed"); a bug in prenoise's own
+    planning step must surface, not pass for an unbuildable draw."""
+
+    def broken(pipe: Any, args: Any, kwargs: Any) -> list[PlannedDraw]:
+        raise ValueError("a bug in plan_call")
+
+    monkeypatch.setattr(call_module, "plan_call", broken)
+    with pytest.raises(ValueError, match=r"^a bug in plan_call$"):
+        call_module.overlapped_call_with_report(pipe, generator=gen())

@@ -191,10 +191,11 @@ def overlapped_call_with_report(pipe: Any, *args: Any, **kwargs: Any) -> tuple[A
         fall_through = partial(_plain_in_stream, plain, stream)
     try:
         planned = plan_call(pipe, args, kwargs)
-        queue = ReplayQueue(planned, stream, fallback)
     except Unpredictable as why:
         return _plain_call(pipe, args, kwargs, why.key, why.reason, start, fall_through, stream)
-    except ValueError as error:  # a planned draw that cannot be built
+    try:
+        queue = ReplayQueue(planned, stream, fallback)
+    except ValueError as error:  # only a planned draw that cannot be built is a "draw" fallback
         return _plain_call(pipe, args, kwargs, "draw", str(error), start, fall_through, stream)
     _say_active_once(name, planned)
     with PreparationExecutor(name="prenoise-diffusers") as executor:

@@ -5,8 +5,11 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
+import numpy as np
 import pytest
+import torch
 
 from prenoise.integrations.vllm_omni import plugin, request
 from prenoise.integrations.vllm_omni.settings import ENABLE_ENV
@@ -76,3 +79,65 @@ def test_condition_noise_the_pipeline_does_not_use_is_dropped(
     result = verify_request(H3Request((image_ref,), seed=5))
     assert result.equal, result.report.summary()
     assert discarded == [1]
+
+
+class _Vae:
+    """The hooks `_predict_video_shape` reads from upstream's VAE adapter, recorded."""
+
+    def __init__(self, staged_frames: int | None, **model: object) -> None:
+        processor = SimpleNamespace(
+            get_latent_length=lambda frames: (frames - 1) // 4 + 1,
+            _align_to_total_patch_size=lambda h, w: (-(-h // 32) * 32, -(-w // 32) * 32),
+        )
+        self.model = SimpleNamespace(**{"vae_ratio": 8, "processor": processor, **model})
+        self.staged_frames = staged_frames
+        self.calls: list[tuple[tuple[int, ...], object, object]] = []
+
+    def _stream_prepare_video_tensor(self, frames: Any, device: object) -> torch.Tensor | None:
+        self.calls.append((frames.shape, frames.dtype, device))
+        if self.staged_frames is None:
+            return None
+        return torch.empty((1, self.staged_frames, 1, 1, 3), device="meta")
+
+
+@pytest.fixture
+def streamed_prep(monkeypatch: pytest.MonkeyPatch) -> None:
+    from vllm_omni.diffusion.models.minimax_h3 import vae as upstream_vae
+
+    monkeypatch.setattr(upstream_vae, "_legacy_encode_prep_enabled", lambda: False)
+
+
+def test_the_prediction_counts_the_frames_upstream_stages(streamed_prep: None) -> None:
+    """Upstream's own staging decides the frame count (here 13 staged from 10 decoded), run on
+    a 1x1-pixel uint8 stand-in on the meta device."""
+    vae = _Vae(staged_frames=13)
+    assert request._predict_video_shape(vae, (10, 100, 200, 3)) == (4, 128 // 8, 224 // 8)
+    assert vae.calls == [((10, 1, 1, 3), np.dtype(np.uint8), torch.device("meta"))]
+    unstaged = _Vae(staged_frames=None)  # staging declined: the decoded count stands
+    assert request._predict_video_shape(unstaged, (10, 100, 200, 3)) == (3, 16, 28)
+
+
+def test_the_legacy_prep_counts_decoded_frames(monkeypatch: pytest.MonkeyPatch) -> None:
+    from vllm_omni.diffusion.models.minimax_h3 import vae as upstream_vae
+
+    monkeypatch.setattr(upstream_vae, "_legacy_encode_prep_enabled", lambda: True)
+    vae = _Vae(staged_frames=13)
+    assert request._predict_video_shape(vae, (10, 100, 200, 3)) == (3, 16, 28)
+    assert vae.calls == []
+
+
+@pytest.mark.parametrize(
+    "model",
+    [
+        {"vae_ratio": "8"},  # not an int
+        {"vae_ratio": None},
+        {"processor": SimpleNamespace(get_latent_length=len)},  # no alignment hook
+        {"processor": SimpleNamespace(_align_to_total_patch_size=max)},  # no latent length
+    ],
+)
+def test_incomplete_hooks_are_not_predicted(streamed_prep: None, model: dict[str, Any]) -> None:
+    vae = _Vae(staged_frames=13, **model)
+    if model.get("vae_ratio", 0) is None:
+        del vae.model.vae_ratio
+    assert request._predict_video_shape(vae, (10, 100, 200, 3)) is None
+    assert request._predict_video_shape(_Vae(13), (10, 100, 200)) is None  # not THWC

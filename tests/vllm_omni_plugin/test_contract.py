@@ -141,3 +141,17 @@ def test_incomplete_hooks_are_not_predicted(streamed_prep: None, model: dict[str
         del vae.model.vae_ratio
     assert request._predict_video_shape(vae, (10, 100, 200, 3)) is None
     assert request._predict_video_shape(_Vae(13), (10, 100, 200)) is None  # not THWC
+
+
+def test_original_is_upstreams_own_whether_or_not_installed() -> None:
+    from vllm_omni.diffusion.models.minimax_h3 import pipeline_minimax_h3 as upstream
+
+    methods = ("forward", "_initial_noise", "encode_prompt")
+    functions = ("prepare_encoder_inputs", "minimax_h3_imgvid_cond_noise_aug_rows")
+    expected = {n: upstream.MiniMaxH3Pipeline.__dict__[n] for n in methods}
+    expected |= {n: getattr(upstream, n) for n in functions}
+    plugin.uninstall()
+    assert {n: plugin.original(n) for n in expected} == expected
+    plugin.install()
+    assert {n: plugin.original(n) for n in expected} == expected
+    assert upstream.MiniMaxH3Pipeline.__dict__["forward"] is not expected["forward"]

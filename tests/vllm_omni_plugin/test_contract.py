@@ -62,8 +62,9 @@ def test_a_vae_without_the_upstream_hooks_is_not_predicted(vae: object) -> None:
 def test_condition_noise_the_pipeline_does_not_use_is_dropped(
     image_ref: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """With noise_aug == 1 upstream mixes no condition noise: the prepared draw is discarded
-    (taken and released at once) and the outputs still equal plugin-off."""
+    """With noise_aug == 1 upstream mixes no condition noise: the first output's prepared draw
+    is discarded (taken and released at once), the unprepared second output has none to drop,
+    and the outputs still equal plugin-off."""
     from vllm_omni.diffusion.models.minimax_h3 import pipeline_minimax_h3 as upstream
 
     monkeypatch.setattr(upstream, "MINIMAX_H3_IMGVID_COND_TIMESTEP", 1.0)
@@ -76,9 +77,9 @@ def test_condition_noise_the_pipeline_does_not_use_is_dropped(
         discarded.append(pending - len(self.executor.pending))
 
     monkeypatch.setattr(request.RequestPreparation, "discard_condition_noise", spy)
-    result = verify_request(H3Request((image_ref,), seed=5))
+    result = verify_request(H3Request((image_ref,), seed=5, outputs=2))
     assert result.equal, result.report.summary()
-    assert discarded == [1]
+    assert discarded == [1, 0]  # the second output was not prepared: nothing to drop
 
 
 class _Vae:

@@ -69,6 +69,8 @@ def test_prepare_next_output(image_ref: Path, monkeypatch: pytest.MonkeyPatch) -
     for prefix in ("", "output1.", "output2."):
         assert result.on.drawn_on[prefix + "initial_video_noise"].startswith(WORKER)
         assert result.on.drawn_on[prefix + "visual_condition_noise"].startswith(WORKER)
+    # exactly the three outputs were prepared: nothing for a fourth
+    assert sorted({r.seed for r in result.on.records}) == [5, 6, 7]
 
 
 @pytest.mark.parametrize(

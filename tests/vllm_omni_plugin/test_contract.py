@@ -112,7 +112,9 @@ def test_the_prediction_counts_the_frames_upstream_stages(streamed_prep: None) -
     """Upstream's own staging decides the frame count (here 13 staged from 10 decoded), run on
     a 1x1-pixel uint8 stand-in on the meta device."""
     vae = _Vae(staged_frames=13)
-    assert request._predict_video_shape(vae, (10, 100, 200, 3)) == (4, 128 // 8, 224 // 8)
+    predicted = request._predict_video_shape(vae, (10, 100, 200, 3))
+    assert predicted == (4, 128 // 8, 224 // 8)
+    assert [type(v) for v in predicted] == [int, int, int]  # keys compare with upstream's ints
     assert vae.calls == [((10, 1, 1, 3), np.dtype(np.uint8), torch.device("meta"))]
     unstaged = _Vae(staged_frames=None)  # staging declined: the decoded count stands
     assert request._predict_video_shape(unstaged, (10, 100, 200, 3)) == (3, 16, 28)

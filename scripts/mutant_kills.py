@@ -19,13 +19,12 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-TREE = ROOT
 
 
-def _all_mutants() -> list[str]:
+def _all_mutants(tree: Path) -> list[str]:
     out = subprocess.run(
         [str(ROOT / ".venv/bin/mutmut"), "results", "--all", "true"],
-        cwd=TREE,
+        cwd=tree,
         capture_output=True,
         text=True,
         check=False,
@@ -33,8 +32,8 @@ def _all_mutants() -> list[str]:
     return [line.split(":")[0].strip() for line in out.splitlines() if ":" in line]
 
 
-def _pytest(tests: list[str], mutant: str | None) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, PYTHONPATH=str(TREE / "mutants" / "src"))
+def _pytest(tree: Path, tests: list[str], mutant: str | None) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYTHONPATH=str(tree / "mutants" / "src"))
     env.pop("MUTANT_UNDER_TEST", None)
     if mutant is not None:
         env["MUTANT_UNDER_TEST"] = mutant
@@ -49,7 +48,7 @@ def _pytest(tests: list[str], mutant: str | None) -> subprocess.CompletedProcess
             "no:cacheprovider",
             *[str(ROOT / t) for t in tests],
         ],
-        cwd=TREE / "mutants",
+        cwd=tree / "mutants",
         env=env,
         capture_output=True,
         text=True,
@@ -58,25 +57,24 @@ def _pytest(tests: list[str], mutant: str | None) -> subprocess.CompletedProcess
 
 
 def main(argv: list[str]) -> int:
-    global TREE
     if len(argv) < 3:
         print(__doc__)
         return 2
-    TREE = ROOT / "build" / "mutation" / argv[0]
+    tree = ROOT / "build" / "mutation" / argv[0]
     tests, patterns = argv[1].split(","), argv[2:]
     names = [p for p in patterns if not any(c in p for c in "*?[")]
     globs = [p for p in patterns if p not in names]
     if globs:
-        every = _all_mutants()
+        every = _all_mutants(tree)
         names += [m for m in every if any(fnmatch.fnmatchcase(m, g) for g in globs)]
-    baseline = _pytest(tests, None)
+    baseline = _pytest(tree, tests, None)
     if baseline.returncode != 0:
         print(baseline.stdout[-3000:])
         print("the tests fail without any mutant; fix them first")
         return 2
     survived = 0
     for name in names:
-        killed = _pytest(tests, name).returncode != 0
+        killed = _pytest(tree, tests, name).returncode != 0
         survived += not killed
         print(f"{'killed  ' if killed else 'SURVIVED'} {name}", flush=True)
     return 1 if survived else 0

@@ -111,11 +111,13 @@ class _FakePipeline:
         return [_output(0, value)], [PredictionEvent("video", (1,), (2,))]
 
 
-@pytest.mark.parametrize("overlapped_value", [0.0, -0.0])
-def test_verify_recipe_runs_both_arms_and_reports_their_events(overlapped_value: float) -> None:
+@pytest.mark.parametrize(("overlapped_value", "equal"), [(0.0, True), (-0.0, False)])
+def test_verify_recipe_runs_both_arms_and_reports_their_events(
+    overlapped_value: float, equal: bool
+) -> None:
     pipeline = _FakePipeline(overlapped_value)
     result = verify_recipe(pipeline, recipe=None)  # type: ignore[arg-type]
     assert pipeline.arms == ["serial", "overlapped"]
     assert result.prediction_events == ["video: predicted (1,), actual (2,)"]
-    assert result.equal is (overlapped_value == 0.0 and str(overlapped_value) == "0.0")
+    assert result.equal is equal  # -0.0 == 0.0, but not bitwise
     assert result.rng_state_unchanged and result.used_prepared_noise

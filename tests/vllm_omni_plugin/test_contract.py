@@ -82,6 +82,9 @@ def test_condition_noise_the_pipeline_does_not_use_is_dropped(
     assert discarded == [1, 0]  # the second output was not prepared: nothing to drop
 
 
+_MISSING = object()
+
+
 class _Vae:
     """The hooks `_predict_video_shape` reads from upstream's VAE adapter, recorded."""
 
@@ -90,7 +93,8 @@ class _Vae:
             get_latent_length=lambda frames: (frames - 1) // 4 + 1,
             _align_to_total_patch_size=lambda h, w: (-(-h // 32) * 32, -(-w // 32) * 32),
         )
-        self.model = SimpleNamespace(**{"vae_ratio": 8, "processor": processor, **model})
+        hooks = {"vae_ratio": 8, "processor": processor, **model}
+        self.model = SimpleNamespace(**{k: v for k, v in hooks.items() if v is not _MISSING})
         self.staged_frames = staged_frames
         self.calls: list[tuple[tuple[int, ...], object, object]] = []
 
@@ -133,17 +137,17 @@ def test_the_legacy_prep_counts_decoded_frames(monkeypatch: pytest.MonkeyPatch) 
     "model",
     [
         {"vae_ratio": "8"},  # not an int
-        {"vae_ratio": None},
+        {"vae_ratio": _MISSING},
         {"processor": SimpleNamespace(get_latent_length=len)},  # no alignment hook
         {"processor": SimpleNamespace(_align_to_total_patch_size=max)},  # no latent length
     ],
 )
 def test_incomplete_hooks_are_not_predicted(streamed_prep: None, model: dict[str, Any]) -> None:
-    vae = _Vae(staged_frames=13, **model)
-    if model.get("vae_ratio", 0) is None:
-        del vae.model.vae_ratio
-    assert request._predict_video_shape(vae, (10, 100, 200, 3)) is None
-    assert request._predict_video_shape(_Vae(13), (10, 100, 200)) is None  # not THWC
+    assert request._predict_video_shape(_Vae(13, **model), (10, 100, 200, 3)) is None
+
+
+def test_frames_that_are_not_thwc_are_not_predicted(streamed_prep: None) -> None:
+    assert request._predict_video_shape(_Vae(13), (10, 100, 200)) is None
 
 
 def test_original_is_upstreams_own_whether_or_not_installed() -> None:

@@ -53,7 +53,6 @@ logger = logging.getLogger("prenoise.vllm_omni")
 SUPPORTED_VERSIONS = ("0.30.",)
 """vllm-omni releases whose MiniMax-H3 internals the patches were written and tested against."""
 
-_PIPELINE_MODULE = "vllm_omni.diffusion.models.minimax_h3.pipeline_minimax_h3"
 _lock = threading.Lock()
 _originals: dict[str, Callable[..., Any]] = {}
 _said: set[str] = set()
@@ -200,8 +199,11 @@ def _condition_noise_rows(clean_rows: torch.Tensor, **kwargs: Any) -> torch.Tens
     except TypeError:  # arguments upstream does not take: its own call raises
         key = None
     if key is None:
-        # Upstream's own validation (and its noise_aug == 1 early return) decides.
-        state.discard_condition_noise(int(kwargs.get("seed", -1)))
+        # Upstream's own validation (and its noise_aug == 1 early return) decides; a seed that
+        # is not a number is its to refuse or ignore too, never prenoise's to raise on.
+        seed = _int_or_none(kwargs.get("seed"))
+        if seed is not None:
+            state.discard_condition_noise(seed)
         return serial()
     noise = state.take_condition_noise(key)
     if noise is None:
@@ -242,6 +244,13 @@ def _condition_key(
 
 
 # -- helpers ------------------------------------------------------------------------------------
+
+
+def _int_or_none(value: Any) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
 
 
 def _is_upstream(fn: Any) -> bool:

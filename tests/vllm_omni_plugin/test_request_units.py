@@ -157,6 +157,20 @@ def test_exit_cancels_pending_draws_joins_workers_and_reraises(settings: PluginS
     assert current_request() is None
 
 
+def test_the_encoders_error_propagates_even_with_the_rng_check_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The request's own exception reaches the exit, so the executor re-raises it unchanged; the
+    global-RNG check (`PRENOISE_DEBUG_RNG=1`) is for normal exits only."""
+    monkeypatch.setenv("PRENOISE_DEBUG_RNG", "1")
+    error = KeyError("encoder failed")
+    prep = RequestPreparation(make_pipeline(), make_sampling(), PluginSettings())
+    with torch.random.fork_rng(devices=[]), pytest.raises(KeyError) as raised, prep:
+        torch.randn(1)  # the request thread's own use of the global RNG
+        raise error
+    assert raised.value is error
+
+
 def test_prediction_events_are_the_executors(state: RequestPreparation) -> None:
     assert state.prediction_events is state.executor.prediction_events
 
@@ -245,6 +259,14 @@ def test_defaults_for_what_the_pipeline_and_request_may_not_have(
 
 
 # -- what is prepared, and taking it ------------------------------------------------------------
+
+
+def test_a_request_without_extra_args_or_a_seed_attribute_is_prepared_with_seed_42() -> None:
+    sampling = SimpleNamespace(num_outputs_per_prompt=1)
+    with RequestPreparation(make_pipeline(), sampling, PluginSettings()) as prep:
+        started(prep)
+        assert prep.skipped is None
+        assert list(prep._plans) == [42]
 
 
 def test_start_submits_the_first_outputs_three_draws(state: RequestPreparation) -> None:

@@ -7,6 +7,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Iterator
 
 import pytest
 
@@ -26,7 +27,17 @@ def _main_thread_blocked_in_take() -> bool:
     return False
 
 
-def test_ctrl_c_while_waiting_is_not_blamed_on_the_worker() -> None:
+@pytest.fixture
+def ctrl_c_raises() -> Iterator[None]:
+    """Python's own SIGINT handler for the test. A job started in the background (`cmd &` in a
+    non-interactive shell, as some CI runners do) starts with SIGINT ignored, and Python then
+    keeps it ignored: Ctrl-C would never raise."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
+def test_ctrl_c_while_waiting_is_not_blamed_on_the_worker(ctrl_c_raises: None) -> None:
     release = threading.Event()
 
     def job() -> int:

@@ -553,7 +553,7 @@ def test_fewer_draws_than_planned(pipe: FakePipe, caplog: pytest.LogCaptureFixtu
     assert report.planned == ("d0", "d1")
     assert warned(caplog) == [
         "prenoise: FakePipe: overlapped noise active (prepared draws: d0, d1)",
-        f"prenoise: FakePipe: noise not overlapped, plain call (prepared draws discarded: {left})",
+        f"prenoise: FakePipe: 1 of 2 prepared draws served, the rest discarded ({left})",
     ]
     assert call_module._logged == {("FakePipe", "active"), ("FakePipe", "left-plan")}
     torch.randn((2, 8), generator=ref)

@@ -210,8 +210,16 @@ def overlapped_call_with_report(pipe: Any, *args: Any, **kwargs: Any) -> tuple[A
             raise
         left = queue.finish()
     end = time.perf_counter()
-    if left is not None:
-        log_once(name, "left-plan", f"prepared draws discarded: {left}")
+    if left is not None and _first_time(name, "left-plan"):
+        # Overlapped (the report says so): only part of the plan was served; the values are the
+        # plain call's either way, since the generators were set back.
+        logger.warning(
+            "prenoise: %s: %d of %d prepared draws served, the rest discarded (%s)",
+            name,
+            queue.served,
+            len(planned),
+            left,
+        )
     report = CallReport(
         name,
         True,

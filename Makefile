@@ -12,7 +12,8 @@ export HF_HUB_OFFLINE := 1
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml Makefile
+# the C kernel is built by the editable install: a changed source rebuilds it
+$(STAMP): pyproject.toml Makefile $(wildcard src/prenoise/csrc/*.c src/prenoise/csrc/*.h)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check $(TORCH_PIN)
 	$(PY) -m pip install -q --disable-pip-version-check -e '.[dev]' $(TORCH_PIN)

@@ -652,8 +652,26 @@ def test_keep_prefix_without_fallback_refuses_an_unmodelled_position() -> None:
     assert code >= 0, kernel.backend_status().reason
     _, gen = _unmodelled(22)
     before = gen.get_state()
-    with pytest.raises(ValueError, match=_exact("generator position not supported by the kernel")):
+    assert kernel._ext is not None
+    with pytest.raises(
+        kernel._ext.UnsupportedPosition,
+        match=_exact("generator position not supported by the kernel"),
+    ):
         kernel._keep_prefix_with((6, 1000), (2,), gen, code, fallback=False)
+    assert torch.equal(gen.get_state(), before)
+
+
+def test_only_an_unmodelled_position_falls_back_to_torch() -> None:
+    """Any other refusal of the extension (here an unknown backend code) is a bug: it raises,
+    and the generator has not moved; it never silently becomes a torch draw."""
+    _, gen = _gens(23)
+    before = gen.get_state()
+    text = "backend 99 is not available on this CPU"
+    with pytest.raises(ValueError, match=_exact(text)) as raised:
+        kernel._fill_with(torch.empty(5000), gen, 1, 99)
+    assert type(raised.value) is ValueError
+    with pytest.raises(ValueError, match=_exact(text)):
+        kernel._keep_prefix_with((6, 1000), (2, 999), gen, 99)
     assert torch.equal(gen.get_state(), before)
 
 

@@ -84,6 +84,9 @@ except ImportError as _exc:  # pragma: no cover - depends on the build
         )
     else:
         _IMPORT_ERROR = f"C extension prenoise._noise_kernel not importable: {_exc}"
+if _ext is not None and not hasattr(_ext, "UnsupportedPosition"):  # pragma: no cover
+    _ext = None  # built from older sources: its errors cannot be told apart
+    _IMPORT_ERROR = "C kernel built from older sources; rebuild it (pip install -e . or make setup)"
 
 
 @dataclass(frozen=True)
@@ -229,7 +232,7 @@ def _fill_with(out: torch.Tensor, generator: torch.Generator, threads: int, code
     state = generator.get_state()
     try:
         _ext.fill_f32(out.data_ptr(), out.numel(), state.data_ptr(), state.numel(), threads, code)
-    except ValueError:  # a generator position the kernel does not model: let torch draw
+    except _ext.UnsupportedPosition:  # a position the kernel does not model: torch draws it
         out.normal_(generator=generator)
         return
     generator.set_state(state)
@@ -246,7 +249,8 @@ def _keep_prefix_with(
     """Kernel version of draw-then-slice for ``math.prod(shape) >= 16`` (see randn_keep_prefix).
 
     A generator position the kernel does not model is drawn by torch, or with ``fallback=False``
-    (a non-native noise stream, which torch may not draw) raises ``ValueError``."""
+    (a non-native noise stream, which torch may not draw) raises the extension's
+    ``UnsupportedPosition`` (a ``ValueError``)."""
     assert _ext is not None
     k = len(keep)
     out_shape = keep + shape[k:]
@@ -273,7 +277,7 @@ def _keep_prefix_with(
             state.numel(),
             code,
         )
-    except ValueError:  # unsupported generator position
+    except _ext.UnsupportedPosition:  # any other error is a bug and propagates
         if not fallback:
             raise
         return _slice_prefix(torch.randn(shape, generator=generator), keep)

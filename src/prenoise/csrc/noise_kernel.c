@@ -343,6 +343,10 @@ static void fill_f64(double *out, int64_t n, mt_t *mt) {
 #ifndef PRENOISE_NO_PYTHON
 /* ------------------------------------------------------------------ Python bindings */
 
+/* Raised for a generator position the kernel does not model (and only for that): the one
+   refusal that callers may answer by letting torch draw. Every other error stays an error. */
+static PyObject *UnsupportedPosition;
+
 static int parse_state(unsigned long long addr, Py_ssize_t nbytes, mt_t *mt) {
     if (nbytes != STATE_BYTES) {
         PyErr_Format(PyExc_ValueError, "generator state has %zd bytes, expected %d", nbytes,
@@ -350,7 +354,7 @@ static int parse_state(unsigned long long addr, Py_ssize_t nbytes, mt_t *mt) {
         return -1;
     }
     if (state_load((const uint8_t *)(uintptr_t)addr, mt) != 0) {
-        PyErr_SetString(PyExc_ValueError, "generator position not supported by the kernel");
+        PyErr_SetString(UnsupportedPosition, "generator position not supported by the kernel");
         return -1;
     }
     return 0;
@@ -514,11 +518,18 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__noise_kernel(void) {
     PyObject *m = PyModule_Create(&module);
-    if (m && (PyModule_AddIntConstant(m, "BACKEND_SCALAR", BACKEND_SCALAR) < 0 ||
-              PyModule_AddIntConstant(m, "BACKEND_AVX2", BACKEND_AVX2) < 0 ||
-              PyModule_AddIntConstant(m, "BACKEND_AVX512", BACKEND_AVX512) < 0 ||
-              PyModule_AddIntConstant(m, "BACKEND_PORTABLE", BACKEND_PORTABLE) < 0 ||
-              PyModule_AddIntConstant(m, "STATE_BYTES", STATE_BYTES) < 0)) {
+    if (!m) return NULL;
+    UnsupportedPosition = PyErr_NewExceptionWithDoc(
+        "prenoise._noise_kernel.UnsupportedPosition",
+        "The generator's position is one the kernel does not model (torch may draw it).",
+        PyExc_ValueError, NULL);
+    if (!UnsupportedPosition ||
+        PyModule_AddObjectRef(m, "UnsupportedPosition", UnsupportedPosition) < 0 ||
+        PyModule_AddIntConstant(m, "BACKEND_SCALAR", BACKEND_SCALAR) < 0 ||
+        PyModule_AddIntConstant(m, "BACKEND_AVX2", BACKEND_AVX2) < 0 ||
+        PyModule_AddIntConstant(m, "BACKEND_AVX512", BACKEND_AVX512) < 0 ||
+        PyModule_AddIntConstant(m, "BACKEND_PORTABLE", BACKEND_PORTABLE) < 0 ||
+        PyModule_AddIntConstant(m, "STATE_BYTES", STATE_BYTES) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -99,10 +99,26 @@ def _config(files: list[str], tests: list[str]) -> str:
     )
 
 
+def _stale_extension(tree: Path) -> bool:
+    """True if the C kernel was rebuilt since mutmut copied it into `tree/mutants/`.
+
+    mutmut keeps its cached verdicts, and its copy of the built extension, when only non-Python
+    files change; the tests would then run against the old kernel.
+    """
+    for built in (ROOT / "src").rglob("*.so"):
+        copy = tree / "mutants" / built.relative_to(ROOT)
+        if copy.exists() and copy.read_bytes() != built.read_bytes():
+            return True
+    return False
+
+
 def _prepare(module: str) -> Path:
     spec = MODULES[module]
     tree = BUILD / module
     tree.mkdir(parents=True, exist_ok=True)
+    if _stale_extension(tree):
+        print(f"   {module}: the C kernel was rebuilt; starting a fresh run", flush=True)
+        shutil.rmtree(tree / "mutants")
     for name in ("src", "tests"):
         # dirs_exist_ok keeps mutmut's `mutants/` (and its resumable state) beside the copies
         shutil.copytree(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from pathlib import Path
 from types import SimpleNamespace
@@ -13,7 +14,7 @@ import torch
 
 from prenoise.integrations.vllm_omni import plugin, request
 from prenoise.integrations.vllm_omni.settings import ENABLE_ENV
-from prenoise.integrations.vllm_omni.verification import H3Request, verify_request
+from prenoise.integrations.vllm_omni.verification import H3Request, run_arm, verify_request
 
 
 @pytest.fixture
@@ -162,3 +163,23 @@ def test_original_is_upstreams_own_whether_or_not_installed() -> None:
     plugin.install()
     assert {n: plugin.original(n) for n in expected} == expected
     assert upstream.MiniMaxH3Pipeline.__dict__["forward"] is not expected["forward"]
+
+
+@pytest.mark.parametrize("plugin_on", [True, False])
+def test_an_arm_that_cannot_be_what_it_says_is_refused(
+    plugin_on: bool, image_ref: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another plugin's patch makes `install` (before prenoise) or `uninstall` (after it) do
+    nothing: both arms would run the same code, so verification refuses to compare them."""
+    from vllm_omni.diffusion.models.minimax_h3 import pipeline_minimax_h3 as upstream
+
+    if not plugin_on:
+        plugin.install()
+    patched = functools.wraps(upstream.prepare_encoder_inputs)(
+        functools.partial(upstream.prepare_encoder_inputs)
+    )
+    monkeypatch.setattr(upstream, "prepare_encoder_inputs", patched)
+    action = "installed in" if plugin_on else "uninstalled from"
+    with pytest.raises(RuntimeError, match=f"prenoise could not be {action} MiniMax-H3"):
+        run_arm(H3Request((image_ref,), seed=1), plugin_on=plugin_on)
+    assert plugin.is_installed() is not plugin_on

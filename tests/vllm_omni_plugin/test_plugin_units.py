@@ -1,8 +1,9 @@
 """Fast unit tests of the vLLM-Omni plugin's settings, wrappers and install mechanics, with fakes.
 
-No pipeline runs here: upstream's five names are replaced by recording fakes (`plugin._originals`)
-and the request state by a `FakeState` (`plugin.current_request`). Exact texts, keys and
-identities, so that a changed comparison, constant, string or argument fails a test.
+No pipeline runs here: prenoise's implementations are called with recording fakes of upstream's
+five functions (`Fakes`), and the request state is a `FakeState` (`plugin.current_request`).
+Exact texts, keys and identities, so that a changed comparison, constant, string or argument
+fails a test.
 """
 
 from __future__ import annotations
@@ -58,7 +59,8 @@ def current() -> dict[str, Any]:
     return {n: owner(n).__dict__[n] if n in METHODS else getattr(owner(n), n) for n in NAMES}
 
 
-def wrappers() -> dict[str, Any]:
+def implementations() -> dict[str, Any]:
+    """prenoise's function behind each name (called with upstream's function first)."""
     return {
         "forward": plugin._forward,
         "_initial_noise": plugin._initial_noise,
@@ -162,20 +164,26 @@ def log() -> Log:
     return []
 
 
+@dataclasses.dataclass
+class Fakes:
+    """Recording stand-ins for upstream's five functions (`fn`), and what each returns."""
+
+    fn: dict[str, Callable[..., Any]]
+    returned: dict[str, object]
+
+
 @pytest.fixture
-def results(monkeypatch: pytest.MonkeyPatch, log: Log) -> dict[str, object]:
-    """Recording fakes in place of upstream's five originals; returns what each one returns."""
+def fakes(log: Log) -> Fakes:
     returned = {name: object() for name in NAMES}
 
     def fake(name: str) -> Callable[..., Any]:
-        def original(*args: Any, **kwargs: Any) -> Any:
+        def upstream_fn(*args: Any, **kwargs: Any) -> Any:
             log.append(("original", name, args, kwargs))
             return returned[name]
 
-        return original
+        return upstream_fn
 
-    monkeypatch.setattr(plugin, "_originals", {name: fake(name) for name in NAMES})
-    return returned
+    return Fakes({name: fake(name) for name in NAMES}, returned)
 
 
 def enter(monkeypatch: pytest.MonkeyPatch, state: FakeState | None) -> None:
@@ -400,18 +408,53 @@ def test_vllm_omni_version_is_none_when_not_installed(monkeypatch: pytest.Monkey
 
 
 def test_install_wraps_exactly_the_five_names() -> None:
-    """Each name becomes prenoise's wrapper, `functools.wraps`'d onto upstream's own function."""
+    """Each name becomes a new function, `functools.wraps`'d onto upstream's own; prenoise's
+    implementations are not renamed or marked as wrapping anything."""
     before = current()
     plugin.install()
     assert plugin.is_installed() is True
     assert same(plugin._originals, before)
     now = current()
-    for name, wrapper in wrappers().items():
-        assert now[name] is wrapper, name
-        assert wrapper.__wrapped__ is before[name], name
-        assert wrapper.__name__ == name
-    cls = upstream().MiniMaxH3Pipeline
-    assert cls.__dict__["_initial_noise"] is plugin._initial_noise
+    assert same(plugin._installed, now)
+    for name, impl in implementations().items():
+        assert now[name] is not impl and now[name] is not before[name], name
+        assert now[name].__wrapped__ is before[name], name
+        assert now[name].__name__ == name
+        assert impl.__module__ == "prenoise.integrations.vllm_omni.plugin"
+        assert not hasattr(impl, "__wrapped__"), name
+    assert plugin._forward.__name__ == "_forward"
+
+
+def test_a_wrapper_outliving_uninstall_still_reaches_upstream() -> None:
+    """A request in flight (or a reference kept) after `uninstall` runs upstream's code."""
+    upstream_fn = current()["_initial_noise"]
+    plugin.install()
+    wrapper = current()["_initial_noise"]
+    plugin.uninstall()
+    args = {"seed": 3, "latent_t": 1, "latent_h": 2, "latent_w": 2, "audio_t": 1}
+    for got, expected in zip(wrapper(None, **args), upstream_fn(None, **args), strict=True):
+        assert bitwise_equal(got, expected)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_uninstall_leaves_a_later_plugins_patch_in_place(
+    name: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    plugin.install()
+    monkeypatch.setattr(owner(name), name, foreign_wrapper(current()[name]))
+    patched = current()
+    with caplog.at_level(logging.INFO, logger=LOGGER):
+        plugin.uninstall()
+        plugin.uninstall()
+    assert plugin.is_installed() is True and same(current(), patched)
+    assert logged(caplog) == [
+        (
+            logging.WARNING,
+            f"prenoise: MiniMax-H3 ['{name}'] patched by another plugin after prenoise; "
+            "prenoise left installed",
+        )
+    ]
+    assert plugin._said == {"uninstall"}
 
 
 def test_install_says_so_once_and_twice_changes_nothing(caplog: pytest.LogCaptureFixture) -> None:
@@ -432,7 +475,7 @@ def test_uninstall_restores_upstreams_own_functions() -> None:
     plugin.uninstall()
     assert same(current(), before)
     assert plugin.is_installed() is False
-    assert plugin._originals == {}
+    assert plugin._originals == {} and plugin._installed == {}
 
 
 def test_uninstall_when_not_installed_is_a_no_op() -> None:
@@ -696,12 +739,14 @@ def clean_and_noise() -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def test_condition_noise_outside_a_request_is_upstreams(
-    monkeypatch: pytest.MonkeyPatch, log: Log, results: dict[str, object]
+    monkeypatch: pytest.MonkeyPatch, log: Log, fakes: Fakes
 ) -> None:
     enter(monkeypatch, None)
     clean, _ = clean_and_noise()
-    out = plugin._condition_noise_rows(clean, **call_args())
-    assert out is results["minimax_h3_imgvid_cond_noise_aug_rows"]
+    out = plugin._condition_noise_rows(
+        fakes.fn["minimax_h3_imgvid_cond_noise_aug_rows"], clean, **call_args()
+    )
+    assert out is fakes.returned["minimax_h3_imgvid_cond_noise_aug_rows"]
     [(what, name, args, kwargs)] = log
     assert (what, name) == ("original", "minimax_h3_imgvid_cond_noise_aug_rows")
     assert len(args) == 1 and args[0] is clean
@@ -709,12 +754,14 @@ def test_condition_noise_outside_a_request_is_upstreams(
 
 
 def test_condition_noise_prepared_is_mixed_exactly(
-    monkeypatch: pytest.MonkeyPatch, log: Log, results: dict[str, object]
+    monkeypatch: pytest.MonkeyPatch, log: Log, fakes: Fakes
 ) -> None:
     """The prepared noise is mixed with upstream's shapes and tau; upstream does not run."""
     clean, noise = clean_and_noise()
     enter(monkeypatch, FakeState(log, condition=noise))
-    out = plugin._condition_noise_rows(clean, **call_args())
+    out = plugin._condition_noise_rows(
+        fakes.fn["minimax_h3_imgvid_cond_noise_aug_rows"], clean, **call_args()
+    )
     expected = request.mix_condition_rows(clean, noise, SHAPES, 0.25)
     assert bitwise_equal(out, expected)
     assert torch.equal(out.view(torch.int32), expected.view(torch.int32))
@@ -723,12 +770,14 @@ def test_condition_noise_prepared_is_mixed_exactly(
 
 
 def test_condition_noise_not_prepared_runs_upstream(
-    monkeypatch: pytest.MonkeyPatch, log: Log, results: dict[str, object]
+    monkeypatch: pytest.MonkeyPatch, log: Log, fakes: Fakes
 ) -> None:
     clean, _ = clean_and_noise()
     enter(monkeypatch, FakeState(log, condition=None))
-    out = plugin._condition_noise_rows(clean, **call_args())
-    assert out is results["minimax_h3_imgvid_cond_noise_aug_rows"]
+    out = plugin._condition_noise_rows(
+        fakes.fn["minimax_h3_imgvid_cond_noise_aug_rows"], clean, **call_args()
+    )
+    assert out is fakes.returned["minimax_h3_imgvid_cond_noise_aug_rows"]
     assert [entry[0] for entry in log] == ["take_condition_noise", "original"]
     assert log[0] == ("take_condition_noise", ConditionKey(7, 3, SHAPES))
     assert log[1][2][0] is clean and log[1][3] == call_args()
@@ -747,12 +796,14 @@ def test_condition_noise_upstream_must_handle_is_discarded_then_serial(
     seed: int,
     monkeypatch: pytest.MonkeyPatch,
     log: Log,
-    results: dict[str, object],
+    fakes: Fakes,
 ) -> None:
     clean, noise = clean_and_noise()
     enter(monkeypatch, FakeState(log, condition=noise))
-    out = plugin._condition_noise_rows(clean, **call_args(**changes))
-    assert out is results["minimax_h3_imgvid_cond_noise_aug_rows"]
+    out = plugin._condition_noise_rows(
+        fakes.fn["minimax_h3_imgvid_cond_noise_aug_rows"], clean, **call_args(**changes)
+    )
+    assert out is fakes.returned["minimax_h3_imgvid_cond_noise_aug_rows"]
     assert log[0] == ("discard_condition_noise", seed, int)
     assert [entry[0] for entry in log] == ["discard_condition_noise", "original"]
     assert log[1][2][0] is clean and log[1][3] == call_args(**changes)
@@ -760,7 +811,7 @@ def test_condition_noise_upstream_must_handle_is_discarded_then_serial(
 
 @pytest.mark.parametrize("seed", [None, "x", [1]])
 def test_condition_noise_without_a_numeric_seed_is_upstreams_alone(
-    seed: object, monkeypatch: pytest.MonkeyPatch, log: Log, results: dict[str, object]
+    seed: object, monkeypatch: pytest.MonkeyPatch, log: Log, fakes: Fakes
 ) -> None:
     """A missing or non-numeric seed is upstream's to reject (or ignore): nothing is discarded,
     nothing raises before upstream's own code runs."""
@@ -769,8 +820,10 @@ def test_condition_noise_without_a_numeric_seed_is_upstreams_alone(
     kwargs = call_args(seed=seed)
     if seed is None:
         del kwargs["seed"]
-    out = plugin._condition_noise_rows(clean, **kwargs)
-    assert out is results["minimax_h3_imgvid_cond_noise_aug_rows"]
+    out = plugin._condition_noise_rows(
+        fakes.fn["minimax_h3_imgvid_cond_noise_aug_rows"], clean, **kwargs
+    )
+    assert out is fakes.returned["minimax_h3_imgvid_cond_noise_aug_rows"]
     assert log == [("original", "minimax_h3_imgvid_cond_noise_aug_rows", (clean,), kwargs)]
 
 
@@ -783,18 +836,20 @@ def test_unused_condition_noise_with_a_non_numeric_seed_equals_plugin_off(
     kwargs = call_args(seed="not-a-seed", noise_aug=1.0)
     assert plugin.original("minimax_h3_imgvid_cond_noise_aug_rows")(clean, **kwargs) is clean
     plugin.install()
-    assert plugin._condition_noise_rows(clean, **kwargs) is clean
+    assert upstream().minimax_h3_imgvid_cond_noise_aug_rows(clean, **kwargs) is clean
     assert log == []
 
 
 def test_condition_noise_with_an_unknown_argument_is_upstreams(
-    monkeypatch: pytest.MonkeyPatch, log: Log, results: dict[str, object]
+    monkeypatch: pytest.MonkeyPatch, log: Log, fakes: Fakes
 ) -> None:
     """An argument upstream does not take (TypeError in the key): no key, upstream raises."""
     clean, noise = clean_and_noise()
     enter(monkeypatch, FakeState(log, condition=noise))
-    out = plugin._condition_noise_rows(clean, **call_args(), extra=1)
-    assert out is results["minimax_h3_imgvid_cond_noise_aug_rows"]
+    out = plugin._condition_noise_rows(
+        fakes.fn["minimax_h3_imgvid_cond_noise_aug_rows"], clean, **call_args(), extra=1
+    )
+    assert out is fakes.returned["minimax_h3_imgvid_cond_noise_aug_rows"]
     assert log[0] == ("discard_condition_noise", 7, int)
     assert [entry[0] for entry in log] == ["discard_condition_noise", "original"]
     assert log[1][3] == {**call_args(), "extra": 1}
@@ -806,42 +861,51 @@ NOISE_ARGS = {"seed": 11, "latent_t": 2, "latent_h": 3, "latent_w": 4, "audio_t"
 
 
 def test_initial_noise_outside_a_request_is_upstreams(
-    monkeypatch: pytest.MonkeyPatch, log: Log, results: dict[str, object]
+    monkeypatch: pytest.MonkeyPatch, log: Log, fakes: Fakes
 ) -> None:
     enter(monkeypatch, None)
     pipe = object()
-    assert plugin._initial_noise(pipe, **NOISE_ARGS) is results["_initial_noise"]
+    assert (
+        plugin._initial_noise(fakes.fn["_initial_noise"], pipe, **NOISE_ARGS)
+        is fakes.returned["_initial_noise"]
+    )
     assert log == [("original", "_initial_noise", (pipe,), NOISE_ARGS)]
 
 
 def test_initial_noise_of_another_pipeline_is_upstreams(
-    monkeypatch: pytest.MonkeyPatch, log: Log, results: dict[str, object]
+    monkeypatch: pytest.MonkeyPatch, log: Log, fakes: Fakes
 ) -> None:
     enter(monkeypatch, FakeState(log, pipeline=AlwaysEqual(), initial=("v", "a")))
     pipe = object()
-    assert plugin._initial_noise(pipe, **NOISE_ARGS) is results["_initial_noise"]
+    assert (
+        plugin._initial_noise(fakes.fn["_initial_noise"], pipe, **NOISE_ARGS)
+        is fakes.returned["_initial_noise"]
+    )
     assert log == [("original", "_initial_noise", (pipe,), NOISE_ARGS)]
 
 
 def test_initial_noise_prepared_is_returned_as_is(
-    monkeypatch: pytest.MonkeyPatch, log: Log, results: dict[str, object]
+    monkeypatch: pytest.MonkeyPatch, log: Log, fakes: Fakes
 ) -> None:
     """The key holds plain ints (upstream may pass numpy ints); upstream does not run."""
     pipe, prepared = object(), (torch.zeros(1), torch.ones(1))
     enter(monkeypatch, FakeState(log, pipeline=pipe, initial=prepared))
     numpy_args: dict[str, Any] = {k: np.int64(v) for k, v in NOISE_ARGS.items()}
-    assert plugin._initial_noise(pipe, **numpy_args) is prepared
+    assert plugin._initial_noise(fakes.fn["_initial_noise"], pipe, **numpy_args) is prepared
     assert log == [("take_initial_noise", InitialNoiseKey(11, 2, 3, 4, 5))]
     key = log[0][1]
     assert [type(v) for v in dataclasses.astuple(key)] == [int] * 5
 
 
 def test_initial_noise_not_prepared_runs_upstream_with_the_same_arguments(
-    monkeypatch: pytest.MonkeyPatch, log: Log, results: dict[str, object]
+    monkeypatch: pytest.MonkeyPatch, log: Log, fakes: Fakes
 ) -> None:
     pipe = object()
     enter(monkeypatch, FakeState(log, pipeline=pipe, initial=None))
-    assert plugin._initial_noise(pipe, **NOISE_ARGS) is results["_initial_noise"]
+    assert (
+        plugin._initial_noise(fakes.fn["_initial_noise"], pipe, **NOISE_ARGS)
+        is fakes.returned["_initial_noise"]
+    )
     assert log == [
         ("take_initial_noise", InitialNoiseKey(11, 2, 3, 4, 5)),
         ("original", "_initial_noise", (pipe,), NOISE_ARGS),
@@ -852,63 +916,79 @@ def test_initial_noise_not_prepared_runs_upstream_with_the_same_arguments(
 
 
 def test_prepare_encoder_inputs_outside_a_request_is_upstreams(
-    monkeypatch: pytest.MonkeyPatch, log: Log, results: dict[str, object]
+    monkeypatch: pytest.MonkeyPatch, log: Log, fakes: Fakes
 ) -> None:
     enter(monkeypatch, None)
     prompt, sampling = object(), object()
-    out = plugin._prepare_encoder_inputs(prompt, sampling, device="cpu", rank=0)
-    assert out is results["prepare_encoder_inputs"]
+    out = plugin._prepare_encoder_inputs(
+        fakes.fn["prepare_encoder_inputs"], prompt, sampling, device="cpu", rank=0
+    )
+    assert out is fakes.returned["prepare_encoder_inputs"]
     assert log == [
         ("original", "prepare_encoder_inputs", (prompt, sampling), {"device": "cpu", "rank": 0})
     ]
 
 
 def test_prepare_encoder_inputs_starts_the_request_with_the_plan(
-    monkeypatch: pytest.MonkeyPatch, log: Log, results: dict[str, object]
+    monkeypatch: pytest.MonkeyPatch, log: Log, fakes: Fakes
 ) -> None:
     prompt, sampling = object(), object()
     enter(monkeypatch, FakeState(log, sampling=sampling))
-    out = plugin._prepare_encoder_inputs(prompt, sampling, device="cpu")
-    assert out is results["prepare_encoder_inputs"]
+    out = plugin._prepare_encoder_inputs(
+        fakes.fn["prepare_encoder_inputs"], prompt, sampling, device="cpu"
+    )
+    assert out is fakes.returned["prepare_encoder_inputs"]
     assert log == [
         ("original", "prepare_encoder_inputs", (prompt, sampling), {"device": "cpu"}),
-        ("start", results["prepare_encoder_inputs"]),
+        ("start", fakes.returned["prepare_encoder_inputs"]),
     ]
 
 
 def test_prepare_encoder_inputs_of_another_request_starts_nothing(
-    monkeypatch: pytest.MonkeyPatch, log: Log, results: dict[str, object]
+    monkeypatch: pytest.MonkeyPatch, log: Log, fakes: Fakes
 ) -> None:
     prompt, sampling = object(), object()
     enter(monkeypatch, FakeState(log, sampling=AlwaysEqual()))
-    assert plugin._prepare_encoder_inputs(prompt, sampling) is results["prepare_encoder_inputs"]
+    assert (
+        plugin._prepare_encoder_inputs(fakes.fn["prepare_encoder_inputs"], prompt, sampling)
+        is fakes.returned["prepare_encoder_inputs"]
+    )
     assert log == [("original", "prepare_encoder_inputs", (prompt, sampling), {})]
 
 
 def test_encode_prompt_outside_a_request_is_upstreams(
-    monkeypatch: pytest.MonkeyPatch, log: Log, results: dict[str, object]
+    monkeypatch: pytest.MonkeyPatch, log: Log, fakes: Fakes
 ) -> None:
     enter(monkeypatch, None)
     pipe, prepared = object(), object()
-    assert plugin._encode_prompt(pipe, prepared) is results["encode_prompt"]
+    assert (
+        plugin._encode_prompt(fakes.fn["encode_prompt"], pipe, prepared)
+        is fakes.returned["encode_prompt"]
+    )
     assert log == [("original", "encode_prompt", (pipe, prepared), {})]
 
 
 def test_encode_prompt_shares_the_plan_before_encoding(
-    monkeypatch: pytest.MonkeyPatch, log: Log, results: dict[str, object]
+    monkeypatch: pytest.MonkeyPatch, log: Log, fakes: Fakes
 ) -> None:
     pipe, prepared = object(), object()
     enter(monkeypatch, FakeState(log, pipeline=pipe))
-    assert plugin._encode_prompt(pipe, prepared) is results["encode_prompt"]
+    assert (
+        plugin._encode_prompt(fakes.fn["encode_prompt"], pipe, prepared)
+        is fakes.returned["encode_prompt"]
+    )
     assert log == [("share_plan",), ("original", "encode_prompt", (pipe, prepared), {})]
 
 
 def test_encode_prompt_of_another_pipeline_shares_nothing(
-    monkeypatch: pytest.MonkeyPatch, log: Log, results: dict[str, object]
+    monkeypatch: pytest.MonkeyPatch, log: Log, fakes: Fakes
 ) -> None:
     pipe, prepared = object(), object()
     enter(monkeypatch, FakeState(log, pipeline=AlwaysEqual()))
-    assert plugin._encode_prompt(pipe, prepared) is results["encode_prompt"]
+    assert (
+        plugin._encode_prompt(fakes.fn["encode_prompt"], pipe, prepared)
+        is fakes.returned["encode_prompt"]
+    )
     assert log == [("original", "encode_prompt", (pipe, prepared), {})]
 
 
@@ -922,14 +1002,14 @@ def preparations(monkeypatch: pytest.MonkeyPatch, log: Log) -> Iterator[None]:
 
 
 def test_forward_runs_upstream_inside_a_request_preparation(
-    monkeypatch: pytest.MonkeyPatch, log: Log, results: dict[str, object], preparations: None
+    monkeypatch: pytest.MonkeyPatch, log: Log, fakes: Fakes, preparations: None
 ) -> None:
     """Opened with the pipeline, the request's sampling params and the settings of the env."""
     monkeypatch.setenv(MISMATCH, "raise")
     monkeypatch.setenv(NEXT, "1")
     enter(monkeypatch, None)
     pipe, req = object(), SimpleNamespace(sampling_params=object())
-    assert plugin._forward(pipe, req) is results["forward"]
+    assert plugin._forward(fakes.fn["forward"], pipe, req) is fakes.returned["forward"]
     assert log == [
         ("open", pipe, req.sampling_params, PluginSettings(True, RAISE, True)),
         ("enter",),
@@ -939,29 +1019,29 @@ def test_forward_runs_upstream_inside_a_request_preparation(
 
 
 def test_forward_disabled_prepares_nothing(
-    monkeypatch: pytest.MonkeyPatch, log: Log, results: dict[str, object], preparations: None
+    monkeypatch: pytest.MonkeyPatch, log: Log, fakes: Fakes, preparations: None
 ) -> None:
     monkeypatch.setenv(ENABLE, "0")
     enter(monkeypatch, None)
     pipe, req = object(), SimpleNamespace(sampling_params=object())
-    assert plugin._forward(pipe, req) is results["forward"]
+    assert plugin._forward(fakes.fn["forward"], pipe, req) is fakes.returned["forward"]
     assert log == [("original", "forward", (pipe, req), {})]
 
 
 def test_forward_inside_a_request_opens_no_second_one(
-    monkeypatch: pytest.MonkeyPatch, log: Log, results: dict[str, object], preparations: None
+    monkeypatch: pytest.MonkeyPatch, log: Log, fakes: Fakes, preparations: None
 ) -> None:
     enter(monkeypatch, FakeState(log))
     pipe, req = object(), SimpleNamespace(sampling_params=object())
-    assert plugin._forward(pipe, req) is results["forward"]
+    assert plugin._forward(fakes.fn["forward"], pipe, req) is fakes.returned["forward"]
     assert log == [("original", "forward", (pipe, req), {})]
 
 
 def test_forward_with_an_unknown_setting_raises_before_upstream(
-    monkeypatch: pytest.MonkeyPatch, log: Log, results: dict[str, object], preparations: None
+    monkeypatch: pytest.MonkeyPatch, log: Log, fakes: Fakes, preparations: None
 ) -> None:
     monkeypatch.setenv(NEXT, "maybe")
     enter(monkeypatch, None)
     with pytest.raises(SettingsError):
-        plugin._forward(object(), SimpleNamespace(sampling_params=None))
+        plugin._forward(fakes.fn["forward"], object(), SimpleNamespace(sampling_params=None))
     assert log == []

@@ -4,7 +4,8 @@
 worker process. It installs prenoise into `MiniMaxH3Pipeline` only when the installed vllm-omni
 is a supported release (the hooked methods are private and change between releases) and
 `PRENOISE_VLLM_OMNI` is not `0`; otherwise it logs once why it did nothing. Installing twice is
-a no-op; `uninstall()` restores upstream's functions.
+a no-op; `uninstall()` restores upstream's functions (unless another plugin has wrapped
+prenoise's since). Each installed wrapper holds the upstream function it wraps.
 
 Five upstream names are wrapped, each delegating to upstream's own code whenever the request is
 not being prepared ahead:
@@ -53,8 +54,11 @@ logger = logging.getLogger("prenoise.vllm_omni")
 SUPPORTED_VERSIONS = ("0.30.",)
 """vllm-omni releases whose MiniMax-H3 internals the patches were written and tested against."""
 
+_METHODS = ("forward", "_initial_noise", "encode_prompt")
+_FUNCTIONS = ("prepare_encoder_inputs", "minimax_h3_imgvid_cond_noise_aug_rows")
 _lock = threading.Lock()
-_originals: dict[str, Callable[..., Any]] = {}
+_originals: dict[str, Callable[..., Any]] = {}  # upstream's own functions, saved by install
+_installed: dict[str, Callable[..., Any]] = {}  # prenoise's wrappers, as install set them
 _said: set[str] = set()
 
 
@@ -87,14 +91,7 @@ def install() -> None:
     with _lock:
         if _originals:
             return
-        cls = upstream.MiniMaxH3Pipeline
-        targets = {
-            "forward": cls.__dict__["forward"],
-            "_initial_noise": cls.__dict__["_initial_noise"],
-            "encode_prompt": cls.__dict__["encode_prompt"],
-            "prepare_encoder_inputs": upstream.prepare_encoder_inputs,
-            "minimax_h3_imgvid_cond_noise_aug_rows": upstream.minimax_h3_imgvid_cond_noise_aug_rows,
-        }
+        targets = _current(upstream)
         foreign = [name for name, fn in targets.items() if not _is_upstream(fn)]
         if foreign:
             # Another plugin (e.g. a hardware backend) replaced them: taking noise past its
@@ -105,16 +102,10 @@ def install() -> None:
                 "prenoise did nothing",
             )
             return
+        wrappers = {name: _wrap(fn, _IMPLEMENTATIONS[name]) for name, fn in targets.items()}
         _originals.update(targets)
-        cls.forward = functools.wraps(targets["forward"])(_forward)
-        cls._initial_noise = functools.wraps(targets["_initial_noise"])(_initial_noise)
-        cls.encode_prompt = functools.wraps(targets["encode_prompt"])(_encode_prompt)
-        upstream.prepare_encoder_inputs = functools.wraps(targets["prepare_encoder_inputs"])(
-            _prepare_encoder_inputs
-        )
-        upstream.minimax_h3_imgvid_cond_noise_aug_rows = functools.wraps(
-            targets["minimax_h3_imgvid_cond_noise_aug_rows"]
-        )(_condition_noise_rows)
+        _installed.update(wrappers)
+        _assign(upstream, wrappers)
     logger.info("prenoise: overlapped noise preparation installed in MiniMax-H3 (vllm-omni)")
 
 
@@ -125,56 +116,100 @@ def original(name: str) -> Callable[..., Any]:
     with _lock:
         if name in _originals:
             return _originals[name]
-    if name in ("forward", "_initial_noise", "encode_prompt"):
-        return upstream.MiniMaxH3Pipeline.__dict__[name]
-    return getattr(upstream, name)
+    return vars(_owner(upstream, name))[name]
 
 
 def uninstall() -> None:
-    """Restore upstream's functions (no-op when not installed)."""
+    """Restore upstream's functions (no-op when not installed).
+
+    Refuses, and says so once, if another plugin wrapped prenoise's wrappers since: restoring
+    upstream's functions would silently drop that plugin's patch. prenoise's wrappers keep
+    calling upstream's functions after an uninstall (a request in flight finishes normally).
+    """
     from vllm_omni.diffusion.models.minimax_h3 import pipeline_minimax_h3 as upstream
 
     with _lock:
         if not _originals:
             return
-        upstream.MiniMaxH3Pipeline.forward = _originals["forward"]
-        upstream.MiniMaxH3Pipeline._initial_noise = _originals["_initial_noise"]
-        upstream.MiniMaxH3Pipeline.encode_prompt = _originals["encode_prompt"]
-        upstream.prepare_encoder_inputs = _originals["prepare_encoder_inputs"]
-        upstream.minimax_h3_imgvid_cond_noise_aug_rows = _originals[
-            "minimax_h3_imgvid_cond_noise_aug_rows"
-        ]
+        replaced = [name for name, fn in _current(upstream).items() if fn is not _installed[name]]
+        if replaced:
+            _say_once(
+                "uninstall",
+                f"prenoise: MiniMax-H3 {replaced} patched by another plugin after prenoise; "
+                "prenoise left installed",
+            )
+            return
+        _assign(upstream, _originals)
         _originals.clear()
+        _installed.clear()
+
+
+def _owner(upstream: Any, name: str) -> Any:
+    """Where `name` lives: the pipeline class (methods) or the pipeline module (functions)."""
+    return upstream.MiniMaxH3Pipeline if name in _METHODS else upstream
+
+
+def _current(upstream: Any) -> dict[str, Callable[..., Any]]:
+    """The five names as MiniMax-H3 holds them now (a class's own methods, unbound)."""
+    return {name: vars(_owner(upstream, name))[name] for name in _METHODS + _FUNCTIONS}
+
+
+def _assign(upstream: Any, functions: dict[str, Callable[..., Any]]) -> None:
+    for name, fn in functions.items():
+        setattr(_owner(upstream, name), name, fn)
+
+
+def _wrap(upstream_fn: Callable[..., Any], wrapper: Callable[..., Any]) -> Callable[..., Any]:
+    """`wrapper(upstream_fn, ...)` under `upstream_fn`'s name and docs.
+
+    A new function per install: prenoise's own functions are never renamed, and the wrapper
+    holds `upstream_fn` itself, so it still reaches upstream after `uninstall`.
+    """
+
+    @functools.wraps(upstream_fn)
+    def installed(*args: Any, **kwargs: Any) -> Any:
+        return wrapper(upstream_fn, *args, **kwargs)
+
+    return installed
 
 
 # -- the wrappers -------------------------------------------------------------------------------
 
 
-def _forward(self: Any, request: Any) -> Any:
+def _forward(upstream_fn: Callable[..., Any], self: Any, request: Any) -> Any:
     settings = PluginSettings.from_env()
     if not settings.enabled or current_request() is not None:
-        return _originals["forward"](self, request)
+        return upstream_fn(self, request)
     with RequestPreparation(self, request.sampling_params, settings):
-        return _originals["forward"](self, request)
+        return upstream_fn(self, request)
 
 
-def _prepare_encoder_inputs(prompt: Any, sampling: Any, **kwargs: Any) -> Any:
-    prepared = _originals["prepare_encoder_inputs"](prompt, sampling, **kwargs)
+def _prepare_encoder_inputs(
+    upstream_fn: Callable[..., Any], prompt: Any, sampling: Any, **kwargs: Any
+) -> Any:
+    prepared = upstream_fn(prompt, sampling, **kwargs)
     state = current_request()
     if state is not None and state.sampling is sampling:
         state.start(prepared)
     return prepared
 
 
-def _encode_prompt(self: Any, prepared: Any) -> Any:
+def _encode_prompt(upstream_fn: Callable[..., Any], self: Any, prepared: Any) -> Any:
     state = current_request()
     if state is not None and state.pipeline is self:
         state.share_plan()  # multi-rank: every rank reaches this point; rank 0 has the plan
-    return _originals["encode_prompt"](self, prepared)
+    return upstream_fn(self, prepared)
 
 
 def _initial_noise(
-    self: Any, *, seed: int, latent_t: int, latent_h: int, latent_w: int, audio_t: int
+    upstream_fn: Callable[..., Any],
+    self: Any,
+    *,
+    seed: int,
+    latent_t: int,
+    latent_h: int,
+    latent_w: int,
+    audio_t: int,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     state = current_request()
     if state is not None and state.pipeline is self:
@@ -182,15 +217,15 @@ def _initial_noise(
         prepared = state.take_initial_noise(key)
         if prepared is not None:
             return prepared
-    return _originals["_initial_noise"](
+    return upstream_fn(
         self, seed=seed, latent_t=latent_t, latent_h=latent_h, latent_w=latent_w, audio_t=audio_t
     )
 
 
-def _condition_noise_rows(clean_rows: torch.Tensor, **kwargs: Any) -> torch.Tensor:
-    serial = functools.partial(
-        _originals["minimax_h3_imgvid_cond_noise_aug_rows"], clean_rows, **kwargs
-    )
+def _condition_noise_rows(
+    upstream_fn: Callable[..., Any], clean_rows: torch.Tensor, **kwargs: Any
+) -> torch.Tensor:
+    serial = functools.partial(upstream_fn, clean_rows, **kwargs)
     state = current_request()
     if state is None:
         return serial()
@@ -209,6 +244,15 @@ def _condition_noise_rows(clean_rows: torch.Tensor, **kwargs: Any) -> torch.Tens
     if noise is None:
         return serial()
     return mix_condition_rows(clean_rows, noise, key.condition_shapes, float(kwargs["noise_aug"]))
+
+
+_IMPLEMENTATIONS: dict[str, Callable[..., Any]] = {
+    "forward": _forward,
+    "_initial_noise": _initial_noise,
+    "encode_prompt": _encode_prompt,
+    "prepare_encoder_inputs": _prepare_encoder_inputs,
+    "minimax_h3_imgvid_cond_noise_aug_rows": _condition_noise_rows,
+}
 
 
 def _condition_key(

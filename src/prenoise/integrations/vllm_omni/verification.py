@@ -101,10 +101,26 @@ class ArmResult:
         return not self.rng_before.differences(self.rng_after)
 
 
+def _install_state(plugin_on: bool) -> None:
+    """Install or uninstall prenoise; raise if that did not take (an arm must be what it says).
+
+    `install` does nothing over another plugin's patch, and `uninstall` nothing under one: the
+    two arms would then run the same code, and any comparison of them would prove nothing.
+    """
+    (plugin.install if plugin_on else plugin.uninstall)()
+    if plugin.is_installed() != plugin_on:
+        action = "installed in" if plugin_on else "uninstalled from"
+        raise RuntimeError(
+            f"prenoise could not be {action} MiniMax-H3: another plugin patched it (see the "
+            "warning logged by prenoise.vllm_omni); the plugin-on and plugin-off arms would run "
+            "the same code"
+        )
+
+
 def run_forward(request: H3Request, *, plugin_on: bool, hooks: StandInHooks | None = None) -> Any:
     """`forward` once, nothing recorded (for release and failure tests); returns its output."""
     was_installed = plugin.is_installed()
-    (plugin.install if plugin_on else plugin.uninstall)()
+    _install_state(plugin_on)
     try:
         return build_pipeline(hooks).forward(request.forward_request())
     finally:
@@ -115,7 +131,7 @@ def run_arm(request: H3Request, *, plugin_on: bool, hooks: StandInHooks | None =
     """Run `forward` once with prenoise installed (`plugin_on`) or not; restores the previous
     installation state afterwards."""
     was_installed = plugin.is_installed()
-    (plugin.install if plugin_on else plugin.uninstall)()
+    _install_state(plugin_on)
     try:
         pipe = build_pipeline(hooks)
         with _Probes() as probes, observe_draws(probes.on_prepared):

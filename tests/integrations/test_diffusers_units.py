@@ -539,6 +539,10 @@ def test_overlapped_call_is_bitwise_the_plain_call(
 def test_overlapped_call_returns_the_output(pipe: FakePipe) -> None:
     out = call_module.overlapped_call(pipe, "p", gen(31))
     assert bitwise_equal(out[0], torch.randn((2, 8), generator=gen(31)))
+    g, ref = gen(31), gen(31)
+    out = call_module.overlapped_call(pipe, generator=g, shapes=((4,),))  # keywords reach it
+    assert len(out) == 1 and bitwise_equal(out[0], torch.randn((4,), generator=ref))
+    assert same_state(g, ref)
 
 
 def test_fewer_draws_than_planned(pipe: FakePipe, caplog: pytest.LogCaptureFixture) -> None:
@@ -742,6 +746,11 @@ def test_noise_stream_overlapped_and_plain(
     assert isinstance(CONTEXTS[-1], StreamTarget) and CONTEXTS[-1].stream == "libm"
     assert bitwise_equal(out[0], noise_streams.randn((2, 8), generator=ref, stream="libm"))
     assert bitwise_equal(out[1], noise_streams.randn((16,), generator=ref, stream="libm"))
+    out, report = call_module.overlapped_call_with_report(
+        pipe, generator=g, latents=torch.zeros(2), shapes=((3,),)
+    )  # the plain call in the stream gets the keywords too
+    assert report.reason == "caller-supplied latents" and len(out) == 1
+    assert bitwise_equal(out[0], noise_streams.randn((3,), generator=ref, stream="libm"))
     # a mismatch in the stream falls through to the stream's draw
     out, report = call_module.overlapped_call_with_report(
         pipe, generator=g, shapes=((2, 8), (4, 4)), planned=((2, 8), (16,))

@@ -486,18 +486,16 @@ def test_without_conditions_the_next_output_follows_the_initial_noise() -> None:
         assert prep._plans[SEED + 1].condition is None
 
 
-def test_an_unconfirmed_condition_leaves_the_next_output_serial() -> None:
+@pytest.mark.parametrize("condition", ["missed", "discarded"])
+def test_an_unconfirmed_condition_leaves_the_next_output_serial(condition: str) -> None:
     with next_output_state(2) as prep:
         started(prep)
         prep.take_initial_noise(INITIAL)
-        prep.take_condition_noise(ConditionKey(SEED, LATENT_T, ((1, 4, 4),)))  # missed
+        if condition == "missed":
+            prep.take_condition_noise(ConditionKey(SEED, LATENT_T, ((1, 4, 4),)))
+        else:
+            prep.discard_condition_noise(SEED)  # no confirmed shapes either
         assert prep.executor.pending == []
-        prep_discard = next_output_state(2)
-    with prep_discard:
-        started(prep_discard)
-        prep_discard.take_initial_noise(INITIAL)
-        prep_discard.discard_condition_noise(SEED)  # no confirmed shapes either
-        assert prep_discard.executor.pending == []
 
 
 def test_the_next_output_uses_the_confirmed_condition_shapes() -> None:

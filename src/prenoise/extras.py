@@ -17,9 +17,11 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "serve": ("fastapi", "uvicorn", "prometheus_client"),
     "bench": ("matplotlib",),
     "diffusers": ("diffusers",),
-    "vllm-omni": ("vllm_omni",),
 }
-"""Top-level modules each extra of pyproject.toml provides and prenoise imports (keep in step)."""
+"""Top-level modules each extra of pyproject.toml provides and prenoise imports (keep in step).
+
+The `vllm-omni` extra provides nothing: the plugin runs inside an existing vLLM-Omni environment
+and installs none of it (see pyproject.toml)."""
 
 
 class MissingExtraError(ImportError):

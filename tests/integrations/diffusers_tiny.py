@@ -241,11 +241,20 @@ def ltx(image_to_video: bool = False, timestep_conditioning: bool = True) -> Any
     )
 
 
+def flux_with_dropout() -> Any:
+    """Flux whose T5 encoder is in train mode, as diffusers' `TestFluxPipeline` builds it: its
+    dropout (p = 0.1) draws from the global CPU RNG while the prompt is encoded."""
+    pipe = flux()
+    pipe.text_encoder_2.train()
+    return pipe
+
+
 BUILDERS: dict[str, Callable[[], Any]] = {
     "wan21": wan,
     "wan22_ti2v": lambda: wan(ti2v=True),
     "wan_i2v": lambda: wan(image_to_video=True),
     "flux": flux,
+    "flux_dropout": flux_with_dropout,
     "ltx": ltx,
     "ltx_i2v": lambda: ltx(image_to_video=True),
 }

@@ -7,6 +7,7 @@ import logging
 import re
 import sys
 import threading
+import types
 from typing import Any
 
 import pytest
@@ -23,6 +24,7 @@ from bitwise import bitwise_equal, same_state
 from prenoise import noise_streams
 from prenoise.executor import PreparationExecutor
 from prenoise.integrations.diffusers import call as call_module
+from prenoise.integrations.diffusers import plan as plan_module
 from prenoise.integrations.diffusers import queue as queue_module
 from prenoise.integrations.diffusers import registry
 from prenoise.integrations.diffusers.patching import _dispatch, active_replay, replay_context
@@ -601,6 +603,65 @@ def test_generator_none_runs_the_plain_call(pipe: FakePipe, caplog: Any) -> None
     hint = '; pass generator=torch.Generator("cpu").manual_seed(seed) to overlap it'
     assert warned(caplog) == [warning_for(reason, hint)]
     assert call_module._logged == {("FakePipe", "generator-none")}
+
+
+DEFAULT_REASON = (
+    "generator is torch's default cpu generator: other code on this thread (e.g. encoder "
+    "dropout) draws from it too"
+)
+DEFAULT_HINT = (
+    '; pass generator=torch.Generator("cpu").manual_seed(seed) instead to overlap it '
+    "(torch.manual_seed(seed) returns the default CPU generator)"
+)
+
+
+@pytest.mark.parametrize("as_list", [False, True])
+def test_the_default_generator_runs_the_plain_call(
+    pipe: FakePipe, caplog: Any, as_list: bool
+) -> None:
+    with torch.random.fork_rng(devices=[]):
+        seeded = torch.manual_seed(5)
+        assert seeded is torch.default_generator
+        out, report = plain_report(pipe, caplog, generator=[seeded] if as_list else seeded)
+        torch.manual_seed(5)
+        expected = torch.randn((2, 8))
+    assert bitwise_equal(out[0], expected)  # drawn by the plain call, on the request thread
+    assert report.reason == DEFAULT_REASON
+    assert CONTEXTS[-2:] == [None, None]
+    assert warned(caplog) == [warning_for(DEFAULT_REASON, DEFAULT_HINT)]
+    assert call_module._logged == {("FakePipe", "generator-default")}
+
+
+def test_a_list_with_the_default_generator_among_private_ones() -> None:
+    private = gen(6)
+    with pytest.raises(Unpredictable) as why:
+        plan_module.call_generators([private, torch.default_generator, gen(7)])
+    assert (why.value.key, why.value.reason) == ("generator-default", DEFAULT_REASON)
+    assert plan_module.call_generators([private, gen(7)])[0] is private
+
+
+def test_is_default_generator(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert plan_module.is_default_generator(torch.manual_seed(1))
+    assert plan_module.is_default_generator(torch.random.default_generator)
+    assert not plan_module.is_default_generator(gen())
+    # An accelerator's default generators, as torch keeps them (this host has none to build).
+    device_default = types.SimpleNamespace(device=torch.device("cuda", 0))
+    own = types.SimpleNamespace(device=torch.device("cuda", 0))
+    cuda = types.SimpleNamespace(default_generators=(device_default,))
+    modules = {"cuda": cuda, "mps": types.SimpleNamespace()}
+
+    def get_device_module(kind: str) -> Any:
+        if kind not in modules:
+            raise RuntimeError(f"Device '{kind}' does not have a corresponding module")
+        return modules[kind]
+
+    monkeypatch.setattr(torch, "get_device_module", get_device_module)
+    assert plan_module.is_default_generator(device_default)  # type: ignore[arg-type]
+    assert not plan_module.is_default_generator(own)  # type: ignore[arg-type]
+    mps = types.SimpleNamespace(device=torch.device("mps"))
+    assert not plan_module.is_default_generator(mps)  # type: ignore[arg-type]
+    unknown = types.SimpleNamespace(device=types.SimpleNamespace(type="unknown"))
+    assert not plan_module.is_default_generator(unknown)  # type: ignore[arg-type]
 
 
 def test_unplanned_class(caplog: Any) -> None:

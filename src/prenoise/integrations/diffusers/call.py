@@ -47,6 +47,8 @@ logger = logging.getLogger("prenoise.integrations.diffusers")
 
 _HINTS = {
     "generator-none": 'pass generator=torch.Generator("cpu").manual_seed(seed) to overlap it',
+    "generator-default": 'pass generator=torch.Generator("cpu").manual_seed(seed) instead to '
+    "overlap it (torch.manual_seed(seed) returns the default CPU generator)",
     "generator-device": "pass a CPU generator to overlap it (the output then follows the CPU "
     "generator's noise, as in the plain call with that generator)",
     "class": "prenoise.integrations.diffusers.supported() lists the classes with a plan",
@@ -246,9 +248,10 @@ def overlapped_call(pipe: Any, *args: Any, **kwargs: Any) -> Any:
     The pipeline's CPU noise draws are made on a worker thread while the prompt (and images)
     are encoded, from the caller's own generator(s), which end in exactly the state the plain
     call leaves them in (also when the call raises). The global RNG is not touched beyond what
-    the plain call does. Calls that cannot be predicted safely — `generator=None`, non-CPU
-    generators, caller-supplied `latents`, unknown classes, untested diffusers versions — run
-    the plain call, and the reason is warned once per pipeline class on
+    the plain call does. Calls that cannot be predicted safely — `generator=None`, the default
+    generator (`torch.manual_seed(seed)`'s return value, which other code on the calling thread
+    also draws from), non-CPU generators, caller-supplied `latents`, unknown classes, untested
+    diffusers versions — run the plain call, and the reason is warned once per pipeline class on
     "prenoise.integrations.diffusers". `pipe` must be a diffusers pipeline instance (`TypeError`
     otherwise).
     """

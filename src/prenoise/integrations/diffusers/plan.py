@@ -21,6 +21,7 @@ __all__ = [
     "Unpredictable",
     "call_generators",
     "draw_generators",
+    "is_default_generator",
     "per_prompt",
     "prompt_batch_size",
     "require_attr",
@@ -77,11 +78,47 @@ class PlannedDraw:
         return f"{self.label} {list(self.shape)} {self.dtype} on {gens}"
 
 
-def call_generators(generator: object) -> tuple[torch.Generator, ...]:
-    """The caller's `generator=` argument as a tuple of CPU generators.
+def is_default_generator(generator: torch.Generator) -> bool:
+    """True if `generator` is a device's default generator (the global RNG), e.g. the object
+    `torch.manual_seed(seed)` returns.
 
-    Raises `Unpredictable` for None (the device's global RNG), a non-CPU generator, an empty
-    list or anything that is not a `torch.Generator`.
+    Other code on the request thread draws from it without naming it (dropout in an encoder
+    left in train mode, `torch.randn` without `generator=`, `randn_tensor(generator=None)`), so
+    drawing it on a worker at the same time would reorder its stream.
+    """
+    if generator is torch.default_generator:
+        return True
+    if generator.device.type == "cpu":
+        return False
+    return any(generator is d for d in _device_default_generators(generator.device.type))
+
+
+def _device_default_generators(device_type: str) -> tuple[torch.Generator, ...]:
+    """The default generators torch keeps for an accelerator type (those it has created).
+
+    Backends without a `default_generators` tuple (e.g. MPS) give none; their generators are
+    refused anyway, as every non-CPU generator is.
+    """
+    try:
+        module = torch.get_device_module(device_type)
+    except (RuntimeError, AttributeError, ValueError):
+        return ()
+    return tuple(getattr(module, "default_generators", ()))
+
+
+def call_generators(generator: object) -> tuple[torch.Generator, ...]:
+    """The caller's `generator=` argument as a tuple of private CPU generators.
+
+    Raises `Unpredictable` for None (the device's global RNG), a device's default generator
+    (alone or in a list: `torch.manual_seed(seed)` returns the CPU one), a non-CPU generator,
+    an empty list or anything that is not a `torch.Generator`.
+
+    This is the only shared generator a supported pipeline draws from while its noise is
+    prepared: none of the plans' pipelines hands the caller's generator to code that draws
+    from it directly during the overlapped window. Their other uses of it go through
+    `randn_tensor` and are planned in call order (the image-to-video VAE posterior samples)
+    or come after every planned draw (schedulers, LTX image-to-video decode noise), so the
+    request thread never draws from it while the worker does.
     """
     if generator is None:
         raise Unpredictable("generator is None: noise comes from the device RNG", "generator-none")
@@ -91,6 +128,12 @@ def call_generators(generator: object) -> tuple[torch.Generator, ...]:
     for g in gens:
         if not isinstance(g, torch.Generator):
             raise Unpredictable(f"generator of type {type(g).__name__}", "generator-type")
+        if is_default_generator(g):
+            raise Unpredictable(
+                f"generator is torch's default {g.device} generator: other code on this "
+                "thread (e.g. encoder dropout) draws from it too",
+                "generator-default",
+            )
         if g.device.type != "cpu":
             raise Unpredictable(
                 f"generator on {g.device}: only CPU generators are prepared", "generator-device"

@@ -71,6 +71,8 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
 
     status = kernel.backend_status()
     table = Table(title="prenoise doctor", show_header=False)
+    table.add_column("what")
+    table.add_column("status", overflow="fold")  # paths and variables stay whole, never "…"
     table.add_row("noise backend", f"{status.name} ({'active' if status.active else 'inactive'})")
     table.add_row("why", status.reason)
     table.add_row(kernel.ENV_VAR, os.environ.get(kernel.ENV_VAR, "(unset)"))
@@ -80,8 +82,17 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     table.add_row("torch intra-op threads", str(torch.get_num_threads()))
     table.add_row("CUDA", torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none")
     _noise_stream_rows(table)
+    _vllm_omni_rows(table)
     console.print(table)
     return 0
+
+
+def _vllm_omni_rows(table: Table) -> None:
+    """The vLLM-Omni plugin as the next vLLM-Omni process here would load it."""
+    from prenoise.integrations.vllm_omni.status import plugin_status
+
+    for name, value in plugin_status().rows():
+        table.add_row(name, escape(value))
 
 
 def _noise_stream_rows(table: Table) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from prenoise.integrations.vllm_omni import SettingsError, plugin
+from prenoise.integrations.vllm_omni import plugin
 from prenoise.integrations.vllm_omni.request import RequestPreparation
 from prenoise.integrations.vllm_omni.settings import ENABLE_ENV, MISMATCH_ENV, PluginSettings
 from prenoise.prediction import MismatchPolicy
@@ -90,14 +90,57 @@ def test_env_var_turns_it_off(
     assert "disabled by PRENOISE_VLLM_OMNI=0" in caplog.text
 
 
-@pytest.mark.parametrize(("name", "value"), [(ENABLE_ENV, "yes"), (MISMATCH_ENV, "fallback")])
-def test_unknown_setting_values_are_errors(
-    monkeypatch: pytest.MonkeyPatch, name: str, value: str
+@pytest.mark.parametrize(
+    ("name", "value", "allowed"),
+    [(ENABLE_ENV, "off", "0, 1"), (MISMATCH_ENV, "fallback", "serial, raise")],
+)
+def test_a_bad_setting_logs_one_error_and_installs_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    fresh_logs: None,
+    name: str,
+    value: str,
+    allowed: str,
 ) -> None:
+    """A typo never takes down `vllm serve`: the loader returns, one ERROR line says why."""
+    import vllm_omni.plugins as omni_plugins
+
+    monkeypatch.setattr(omni_plugins, "omni_plugins_loaded", False)
+    monkeypatch.delenv("VLLM_PLUGINS", raising=False)
     monkeypatch.setenv(name, value)
-    with pytest.raises(SettingsError, match=name):
+    before = originals()
+    with caplog.at_level(logging.DEBUG, logger="prenoise"):
+        omni_plugins.load_omni_general_plugins()  # what every vLLM-Omni process calls
         plugin.register()
     assert not plugin.is_installed()
+    assert all(a is b for a, b in zip(before, originals(), strict=True))
+    records = [r for r in caplog.records if r.name.startswith("prenoise")]
+    assert [(r.levelname, r.getMessage()) for r in records] == [
+        (
+            "ERROR",
+            f"prenoise: {name}={value!r}: expected one of {allowed}; "
+            "the vLLM-Omni plugin installed nothing",
+        )
+    ]
+
+
+def test_a_bad_setting_after_install_runs_upstream_and_says_so_once(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, fresh_logs: None
+) -> None:
+    plugin.install()
+    monkeypatch.setenv(ENABLE_ENV, "on")
+    calls: list[Any] = []
+
+    def upstream_forward(pipe: Any, request: Any) -> str:
+        calls.append(plugin.current_request())
+        return "upstream"
+
+    with caplog.at_level(logging.ERROR, logger="prenoise"):
+        results = [plugin._forward(upstream_forward, object(), object()) for _ in range(2)]
+    assert results == ["upstream", "upstream"] and calls == [None, None]
+    assert caplog.messages == [
+        "prenoise: PRENOISE_VLLM_OMNI='on': expected one of 0, 1; requests run upstream's code only"
+    ]
 
 
 def test_settings_defaults() -> None:

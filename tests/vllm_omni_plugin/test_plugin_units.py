@@ -13,6 +13,7 @@ import functools
 import importlib.metadata
 import logging
 import math
+import os
 import sys
 import types
 from collections.abc import Callable, Iterator
@@ -38,7 +39,21 @@ NEXT = "PRENOISE_VLLM_OMNI_PREPARE_NEXT_OUTPUT"
 METHODS = ("forward", "_initial_noise", "encode_prompt")
 FUNCTIONS = ("prepare_encoder_inputs", "minimax_h3_imgvid_cond_noise_aug_rows")
 NAMES = METHODS + FUNCTIONS
-INSTALLED = "prenoise: overlapped noise preparation installed in MiniMax-H3 (vllm-omni)"
+SETTINGS = (
+    "PRENOISE_VLLM_OMNI=1 PRENOISE_VLLM_OMNI_ON_MISMATCH=serial "
+    "PRENOISE_VLLM_OMNI_PREPARE_NEXT_OUTPUT=0"
+)
+
+
+def installed_line(vllm_omni: str | None = None) -> str:
+    """The one INFO line of an install: both versions, the settings, the process."""
+    vllm_omni = vllm_omni or importlib.metadata.version("vllm-omni")
+    return (
+        f"prenoise {importlib.metadata.version('prenoise')}: overlapped noise preparation "
+        f"installed in MiniMax-H3 (vllm-omni {vllm_omni}; {SETTINGS}; pid {os.getpid()})"
+    )
+
+
 DISABLED = "prenoise: vLLM-Omni plugin disabled by PRENOISE_VLLM_OMNI=0"
 FALLBACK, RAISE = MismatchPolicy.FALLBACK, MismatchPolicy.RAISE
 
@@ -139,9 +154,16 @@ class FakeState:
 class FakePreparation:
     """A `RequestPreparation` stand-in for `_forward`: records its opening, entry and exit."""
 
-    def __init__(self, log: Log, pipeline: Any, sampling: Any, settings: PluginSettings) -> None:
+    def __init__(
+        self,
+        log: Log,
+        pipeline: Any,
+        sampling: Any,
+        settings: PluginSettings,
+        request_id: Any = None,
+    ) -> None:
         self.log = log
-        log.append(("open", pipeline, sampling, settings))
+        log.append(("open", pipeline, sampling, settings, request_id))
 
     def __enter__(self) -> FakePreparation:
         self.log.append(("enter",))
@@ -294,7 +316,7 @@ def test_register_installs_on_a_supported_release(
     with caplog.at_level(logging.INFO, logger=LOGGER):
         plugin.register()
     assert plugin.is_installed() is True
-    assert logged(caplog) == [(logging.INFO, INSTALLED)]
+    assert logged(caplog) == [(logging.INFO, installed_line("0.30.7"))]
     assert plugin._said == set()
 
 
@@ -463,7 +485,7 @@ def test_install_says_so_once_and_twice_changes_nothing(caplog: pytest.LogCaptur
         plugin.install()
         installed = current()
         plugin.install()
-    assert logged(caplog) == [(logging.INFO, INSTALLED)]
+    assert logged(caplog) == [(logging.INFO, installed_line())]
     assert same(current(), installed)
     assert same(plugin._originals, before)
     assert plugin._said == set()
@@ -1008,10 +1030,10 @@ def test_forward_runs_upstream_inside_a_request_preparation(
     monkeypatch.setenv(MISMATCH, "raise")
     monkeypatch.setenv(NEXT, "1")
     enter(monkeypatch, None)
-    pipe, req = object(), SimpleNamespace(sampling_params=object())
+    pipe, req = object(), SimpleNamespace(sampling_params=object(), request_id="req-7")
     assert plugin._forward(fakes.fn["forward"], pipe, req) is fakes.returned["forward"]
     assert log == [
-        ("open", pipe, req.sampling_params, PluginSettings(True, RAISE, True)),
+        ("open", pipe, req.sampling_params, PluginSettings(True, RAISE, True), "req-7"),
         ("enter",),
         ("original", "forward", (pipe, req), {}),
         ("exit",),
@@ -1037,11 +1059,49 @@ def test_forward_inside_a_request_opens_no_second_one(
     assert log == [("original", "forward", (pipe, req), {})]
 
 
-def test_forward_with_an_unknown_setting_raises_before_upstream(
-    monkeypatch: pytest.MonkeyPatch, log: Log, fakes: Fakes, preparations: None
+def test_forward_with_an_unknown_setting_runs_upstream_and_says_so_once(
+    monkeypatch: pytest.MonkeyPatch,
+    log: Log,
+    fakes: Fakes,
+    preparations: None,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     monkeypatch.setenv(NEXT, "maybe")
     enter(monkeypatch, None)
-    with pytest.raises(SettingsError):
-        plugin._forward(fakes.fn["forward"], object(), SimpleNamespace(sampling_params=None))
-    assert log == []
+    pipe, req = object(), SimpleNamespace(sampling_params=object())
+    with caplog.at_level(logging.INFO, logger=LOGGER):
+        for _ in range(2):
+            assert plugin._forward(fakes.fn["forward"], pipe, req) is fakes.returned["forward"]
+    assert log == [("original", "forward", (pipe, req), {})] * 2
+    assert logged(caplog) == [
+        (
+            logging.ERROR,
+            "prenoise: PRENOISE_VLLM_OMNI_PREPARE_NEXT_OUTPUT='maybe': expected one of 0, 1; "
+            "requests run upstream's code only",
+        )
+    ]
+
+
+class _Batch:
+    """A batch of several requests: upstream's `sampling_params` property asserts."""
+
+    @property
+    def sampling_params(self) -> Any:
+        raise AssertionError("RequestBatch with multiple requests does not have one")
+
+    @property
+    def request_id(self) -> str:
+        raise IndexError("list index out of range")
+
+
+@pytest.mark.parametrize(
+    "req", [_Batch(), SimpleNamespace(), SimpleNamespace(sampling_params=None)]
+)
+def test_forward_leaves_a_request_it_cannot_read_to_upstream(
+    monkeypatch: pytest.MonkeyPatch, log: Log, fakes: Fakes, preparations: None, req: Any
+) -> None:
+    """Upstream's own validation (e.g. its OmniClientError for a batch) meets it first."""
+    enter(monkeypatch, None)
+    pipe = object()
+    assert plugin._forward(fakes.fn["forward"], pipe, req) is fakes.returned["forward"]
+    assert log == [("original", "forward", (pipe, req), {})]

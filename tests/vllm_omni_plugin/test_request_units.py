@@ -203,7 +203,9 @@ def test_ineligible_requests_are_not_prepared_and_say_why(
         assert prep.skipped == reason
         assert prep.executor.pending == []
         assert prep._first_seed is None
-    assert caplog.messages == [f"prenoise: request not prepared ahead: {reason}"]
+    assert caplog.messages == [
+        f"prenoise: request (no id): noise not prepared ahead, upstream drew it ({reason})"
+    ]
 
 
 def test_a_missing_task_is_ineligible(state: RequestPreparation) -> None:
@@ -417,7 +419,10 @@ def test_without_predictable_conditions_only_the_initial_noise_is_prepared(
         assert prep._plans[SEED].condition is None
         assert prep.take_initial_noise(INITIAL) is not None
         assert prep._plans == {}  # the output is finished: nothing left for it
-    assert caplog.messages == ["prenoise: the video VAE does not expose its alignment methods"]
+    assert caplog.messages[0] == "prenoise: the video VAE does not expose its alignment methods"
+    assert caplog.messages[1].startswith(
+        "prenoise: request (no id): noise prepared ahead, 2 of 2 draws taken, "
+    )
 
 
 def test_discarding_condition_noise_releases_it_now(state: RequestPreparation) -> None:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import functools
 import importlib.metadata
 import logging
+import os
 import sys
 import threading
 from collections.abc import Callable
@@ -32,6 +33,7 @@ from typing import Any
 
 import torch
 
+from prenoise.integrations.vllm_omni.logs import route_to_vllm_logging
 from prenoise.integrations.vllm_omni.request import (
     ConditionKey,
     InitialNoiseKey,
@@ -39,7 +41,7 @@ from prenoise.integrations.vllm_omni.request import (
     current_request,
     mix_condition_rows,
 )
-from prenoise.integrations.vllm_omni.settings import PluginSettings
+from prenoise.integrations.vllm_omni.settings import PluginSettings, SettingsError
 
 __all__ = [
     "SUPPORTED_VERSIONS",
@@ -63,8 +65,20 @@ _said: set[str] = set()
 
 
 def register() -> None:
-    """Entry point (`vllm_omni.general_plugins`: `prenoise`): install if supported, else log why."""
-    settings = PluginSettings.from_env()  # an unknown value is an error, not a silent default
+    """Entry point (`vllm_omni.general_plugins`: `prenoise`): install if supported, else log why.
+
+    Never raises for the environment it finds: a plugin must never be why `vllm serve` does not
+    start. A setting with an unknown value logs one ERROR line (the variable, its value, the
+    allowed values) and installs nothing. The plugin's lines go to vLLM's log
+    (`logs.route_to_vllm_logging`).
+    """
+    route_to_vllm_logging()
+    try:
+        settings = PluginSettings.from_env()
+    except SettingsError as error:  # never a silent default either: nothing is installed
+        _say_once("settings", f"prenoise: {error}; the vLLM-Omni plugin installed nothing",
+                  level=logging.ERROR)  # fmt: skip
+        return
     if not settings.enabled:
         _say_once("disabled", "prenoise: vLLM-Omni plugin disabled by PRENOISE_VLLM_OMNI=0")
         return
@@ -76,7 +90,7 @@ def register() -> None:
             f"(supported: {', '.join(v + 'x' for v in SUPPORTED_VERSIONS)}); plugin did nothing",
         )
         return
-    install()
+    install(settings)
 
 
 def is_installed() -> bool:
@@ -84,8 +98,12 @@ def is_installed() -> bool:
     return bool(_originals)
 
 
-def install() -> None:
-    """Wrap the five MiniMax-H3 names (idempotent); refuses if another plugin already did."""
+def install(settings: PluginSettings | None = None) -> None:
+    """Wrap the five MiniMax-H3 names (idempotent); refuses if another plugin already did.
+
+    Logs one INFO line per process when it installs: the prenoise and vllm-omni versions and
+    `settings` (the environment's, read per request; `None`: read now, for the line only).
+    """
     from vllm_omni.diffusion.models.minimax_h3 import pipeline_minimax_h3 as upstream
 
     with _lock:
@@ -106,7 +124,14 @@ def install() -> None:
         _originals.update(targets)
         _installed.update(wrappers)
         _assign(upstream, wrappers)
-    logger.info("prenoise: overlapped noise preparation installed in MiniMax-H3 (vllm-omni)")
+    logger.info(
+        "prenoise %s: overlapped noise preparation installed in MiniMax-H3 (vllm-omni %s; %s; "
+        "pid %d)",
+        _version("prenoise"),
+        _vllm_omni_version(),
+        _describe(settings),
+        os.getpid(),
+    )
 
 
 def original(name: str) -> Callable[..., Any]:
@@ -177,11 +202,33 @@ def _wrap(upstream_fn: Callable[..., Any], wrapper: Callable[..., Any]) -> Calla
 
 
 def _forward(upstream_fn: Callable[..., Any], self: Any, request: Any) -> Any:
-    settings = PluginSettings.from_env()
-    if not settings.enabled or current_request() is not None:
+    settings = _request_settings()
+    if settings is None or not settings.enabled or current_request() is not None:
         return upstream_fn(self, request)
-    with RequestPreparation(self, request.sampling_params, settings):
+    sampling, request_id = _attribute(request, "sampling_params"), _attribute(request, "request_id")
+    if sampling is None:  # e.g. a batch of several requests: upstream's own error, unchanged
         return upstream_fn(self, request)
+    with RequestPreparation(self, sampling, settings, request_id=request_id):
+        return upstream_fn(self, request)
+
+
+def _attribute(request: Any, name: str) -> Any:
+    """`request.name`, or None where reading it raises (upstream's properties assert and
+    index: a malformed batch must meet upstream's validation first, not prenoise's read)."""
+    try:
+        return getattr(request, name, None)
+    except Exception:
+        return None
+
+
+def _request_settings() -> PluginSettings | None:
+    """The settings a request runs with; None (upstream's code, said once) if they are bad."""
+    try:
+        return PluginSettings.from_env()
+    except SettingsError as error:
+        _say_once("request-settings", f"prenoise: {error}; requests run upstream's code only",
+                  level=logging.ERROR)  # fmt: skip
+        return None
 
 
 def _prepare_encoder_inputs(
@@ -319,13 +366,26 @@ def _is_upstream(fn: Any) -> bool:
 
 
 def _vllm_omni_version() -> str | None:
+    return _version("vllm-omni")
+
+
+def _version(distribution: str) -> str | None:
     try:
-        return importlib.metadata.version("vllm-omni")
+        return importlib.metadata.version(distribution)
     except importlib.metadata.PackageNotFoundError:
         return None
 
 
-def _say_once(reason: str, message: str) -> None:
+def _describe(settings: PluginSettings | None) -> str:
+    if settings is None:
+        try:
+            settings = PluginSettings.from_env()
+        except SettingsError as error:
+            return f"settings invalid: {error}"
+    return settings.describe()
+
+
+def _say_once(reason: str, message: str, level: int = logging.WARNING) -> None:
     if reason not in _said:
         _said.add(reason)
-        logger.warning(message)
+        logger.log(level, message)

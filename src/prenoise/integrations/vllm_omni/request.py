@@ -88,6 +88,22 @@ class DrawRecord:
     requested: float | None = None
     used: bool = False
     """False when the pipeline's actual arguments differed and upstream's serial code ran."""
+    taken: float | None = None
+    """When `take` returned on the request thread (`taken - requested` is the wait)."""
+
+    @property
+    def waited(self) -> float:
+        """Seconds the request thread blocked for this draw (0 before it was taken)."""
+        if self.requested is None or self.taken is None:
+            return 0.0
+        return max(0.0, self.taken - self.requested)
+
+    @property
+    def off_request_thread(self) -> float:
+        """Seconds of drawing the request thread did not spend: the draw, less the wait."""
+        if not self.used:
+            return 0.0
+        return max(0.0, (self.finished - self.started) - self.waited)
 
 
 def current_request() -> RequestPreparation | None:
@@ -123,10 +139,13 @@ class _Plan:
 class RequestPreparation:
     """The request-owned preparation state of one `forward` call (a context manager)."""
 
-    def __init__(self, pipeline: Any, sampling: Any, settings: PluginSettings) -> None:
+    def __init__(
+        self, pipeline: Any, sampling: Any, settings: PluginSettings, request_id: Any = None
+    ) -> None:
         self.pipeline = pipeline
         self.sampling = sampling
         self.settings = settings
+        self.request_id = request_id
         self.executor = PreparationExecutor(name="prenoise-vllm-omni")
         self.records: dict[str, DrawRecord] = {}
         self.skipped: str | None = None
@@ -152,8 +171,37 @@ class RequestPreparation:
         assert self._token is not None
         _current.reset(self._token)
         self._plans.clear()
-        # Cancels pending draws, joins the running one; `exc` propagates unchanged.
-        self.executor.__exit__(exc_type, exc, tb)
+        try:
+            # Cancels pending draws, joins the running one; `exc` propagates unchanged.
+            self.executor.__exit__(exc_type, exc, tb)
+        finally:
+            logger.info("%s", self.summary(exc))
+
+    def summary(self, exc: BaseException | None = None) -> str:
+        """The request's one log line: prepared ahead (how much left the request thread) or not.
+
+        `exc` is the exception the request ended with, if any.
+        """
+        who = f"prenoise: request {self.request_id or '(no id)'}"
+        if exc is not None:
+            why = f"noise not prepared ahead: {self.skipped}" if self.skipped else "draws dropped"
+            return f"{who}: failed ({type(exc).__name__}); {why}"
+        if self.skipped is not None:
+            return f"{who}: noise not prepared ahead, upstream drew it ({self.skipped})"
+        with self._lock:
+            records = list(self.records.values())
+        if not records:
+            return f"{who}: noise not prepared ahead, upstream drew it (no media plan)"
+        used = [r for r in records if r.used]
+        off_ms = 1000 * sum(r.off_request_thread for r in used)
+        waited_ms = 1000 * sum(r.waited for r in used)
+        line = (
+            f"{who}: noise prepared ahead, {len(used)} of {len(records)} draws taken, "
+            f"{off_ms:.1f} ms drawn off the request thread ({waited_ms:.1f} ms waited)"
+        )
+        if self.prediction_events:
+            line += f"; {len(self.prediction_events)} ran upstream's serial draw (shape mismatch)"
+        return line
 
     @property
     def prediction_events(self) -> list[PredictionEvent]:
@@ -163,21 +211,33 @@ class RequestPreparation:
     # -- start: called with the media plan, before the text encoder runs -----------------------
     def start(self, prepared: Any) -> None:
         """Submit the first output's draws if the request is eligible (else record why not)."""
-        reason = self._ineligible(prepared)
+        try:
+            reason = self._ineligible(prepared) or self._plan_first_output(prepared)
+        except Exception as error:  # prenoise's planning never fails a request upstream accepts
+            reason = f"planning failed: {type(error).__name__}: {error}"
+            logger.warning("prenoise: request %s: %s", self.request_id or "(no id)", reason)
         if reason is not None:
             self.skipped = reason
-            logger.debug("prenoise: request not prepared ahead: %s", reason)
-            return
+            self._plans.clear()
+
+    def _plan_first_output(self, prepared: Any) -> str | None:
+        """Submit the first output's draws; a reason instead when upstream must draw them."""
         media = prepared.media
         seed = _request_seed(self.sampling)
+        if seed is None:
+            return f"seed {self.sampling.seed!r} is not an integer (upstream decides)"
+        num_outputs = _num_outputs(self.sampling)
+        if torch_seed(seed) is None or torch_seed(seed + num_outputs - 1) is None:
+            return f"seed {seed} is outside torch's seed range (upstream decides)"
         self._first_seed = seed
-        self._num_outputs = _num_outputs(self.sampling)
+        self._num_outputs = num_outputs
         initial = InitialNoiseKey(
             seed, int(media.latent_t), media.height // 16, media.width // 16, int(media.audio_t)
         )
         shapes = predict_condition_shapes(self.pipeline, media)
         condition = None if shapes is None else ConditionKey(seed, initial.latent_t, shapes)
         self._submit(initial, condition)
+        return None
 
     def share_plan(self) -> None:
         """Multi-rank: rank 0 broadcasts its first-output plan so every rank prepares ahead.
@@ -223,8 +283,10 @@ class RequestPreparation:
 
     def _submit(self, initial: InitialNoiseKey, condition: ConditionKey | None) -> None:
         plan = _Plan(initial, condition)
+        seed = torch_seed(initial.seed)
+        assert seed is not None  # checked for every output seed when the request was planned
         video, audio = initial_noise_streams(
-            initial.seed, initial.latent_t, initial.latent_h, initial.latent_w, initial.audio_t
+            seed, initial.latent_t, initial.latent_h, initial.latent_w, initial.audio_t
         )
         cancel = self.executor.cancel_event  # set when the request fails: draws stop early
         jobs: list[tuple[str, Callable[[], torch.Tensor], Any]] = [
@@ -232,9 +294,7 @@ class RequestPreparation:
             (AUDIO, lambda: run_stream(audio, cancel=cancel)[AUDIO], initial),
         ]
         if condition is not None:
-            streams = condition_streams(
-                condition.seed, condition.target_latent_t, condition.condition_shapes
-            )
+            streams = condition_streams(seed, condition.target_latent_t, condition.condition_shapes)
             jobs.append((CONDITION, lambda: _concat_streams(streams, cancel), condition))
         for field_name, draw, key in jobs:
             name = f"{field_name}@{initial.seed}"
@@ -295,11 +355,13 @@ class RequestPreparation:
         tensor = self.executor.take(
             name, actual=actual, policy=self.settings.on_mismatch, recompute=_serial
         )
+        taken = time.perf_counter()
         with self._lock:  # the draw has ended (taken): its record exists unless it failed
             record = self.records.get(name)
             if record is not None:
-                used = tensor is not None
-                self.records[name] = dataclasses.replace(record, requested=requested, used=used)
+                self.records[name] = dataclasses.replace(
+                    record, requested=requested, taken=taken, used=tensor is not None
+                )
         return tensor
 
     def _finish_output(self, plan: _Plan, confirmed: ConditionKey | None = None) -> None:
@@ -313,6 +375,8 @@ class RequestPreparation:
         next_seed = seed + 1
         if next_seed >= self._first_seed + self._num_outputs or next_seed in self._plans:
             return
+        if torch_seed(next_seed) is None:
+            return  # upstream raises for it
         shapes = confirmed.condition_shapes if confirmed is not None else None
         if plan.condition is not None and shapes is None:
             return  # the condition shapes were not confirmed: leave the next output serial
@@ -335,11 +399,32 @@ def _concat_streams(streams: Sequence[Any], cancel: CancelEvent) -> torch.Tensor
     return parts[0] if len(parts) == 1 else torch.cat(parts)
 
 
-def _request_seed(sampling: Any) -> int:
-    # Upstream's rule (`_prepare_encoder_conditioning_inputs`); a different seed at consumption
-    # time is a mismatch like any other, never silently different noise.
+TORCH_SEED_MIN = -(2**63)
+TORCH_SEED_MAX = 2**64 - 1
+
+
+def torch_seed(seed: int) -> int | None:
+    """The seed `torch.Generator.manual_seed(seed)` really uses, or None where it raises.
+
+    torch takes `-2^63 … 2^64 − 1` and maps a negative `s` to `2^64 + s` (vLLM-Omni's API
+    accepts any int64 seed, and H3 seeds its generators with it unchanged): preparing ahead with
+    the mapped seed draws exactly upstream's noise. Outside that range upstream's own
+    `manual_seed` raises, so the request is left to upstream.
+    """
+    if not TORCH_SEED_MIN <= seed <= TORCH_SEED_MAX:
+        return None
+    return seed % 2**64
+
+
+def _request_seed(sampling: Any) -> int | None:
+    # Upstream's rule (`_prepare_request_inputs`: `int(sampling.seed if not None else 42)`); a
+    # different seed at consumption time is a mismatch like any other, never different noise.
+    # A seed `int()` refuses is upstream's to reject (None: prenoise prepares nothing).
     seed = getattr(sampling, "seed", None)
-    return int(seed if seed is not None else 42)
+    try:
+        return int(seed if seed is not None else 42)
+    except (TypeError, ValueError, OverflowError):
+        return None
 
 
 def _num_outputs(sampling: Any) -> int:

@@ -45,6 +45,14 @@ class PluginSettings:
             prepare_next_output=_lookup(env, NEXT_OUTPUT_ENV, _BOOLS, "0"),
         )
 
+    def describe(self) -> str:
+        """The settings as the environment variables that give them, e.g. for a log line."""
+        policy = next(name for name, value in _POLICIES.items() if value == self.on_mismatch)
+        return (
+            f"{ENABLE_ENV}={int(self.enabled)} {MISMATCH_ENV}={policy} "
+            f"{NEXT_OUTPUT_ENV}={int(self.prepare_next_output)}"
+        )
+
 
 def _lookup(env: Mapping[str, str], name: str, values: Mapping[str, T], default: str) -> T:
     raw = env.get(name, default).strip().lower() or default

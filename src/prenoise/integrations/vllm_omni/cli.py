@@ -3,37 +3,80 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
+import subprocess
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
-__all__ = ["add_arguments", "run"]
+from prenoise.cli_args import UsageError, check_output_file
+
+if TYPE_CHECKING:
+    from prenoise.integrations.vllm_omni.verification import H3Request, VerifyResult
+
+__all__ = ["EXIT_STATUS_HELP", "add_arguments", "run"]
+
+EXIT_STATUS_HELP = """\
+exit status:
+  0   verified: every field bitwise equal, the global RNG unchanged, and the plugin-on arm ran
+      the overlapped path (each noise tensor the pipeline consumed was drawn ahead on prenoise's
+      worker thread and taken by the pipeline)
+  1   not verified: a field differs, a value could not be compared, or the plugin-on arm did not
+      prepare ahead (the JSON's not_prepared_reasons says why: request not eligible, a
+      prediction mismatch, ...); the JSON report is written
+  2   bad input, refused before the pipeline runs and nothing written: a request upstream's own
+      validation refuses (its message, unchanged: duration outside [4, 15] s, references under
+      256 px or outside [2, 15] s, codecs other than H.264/H.265, too many outputs or
+      references), a reference that is not media (typed by content, not by name), a seed
+      outside 0..2^64-1, a canvas over 768x1344 pixels, an unwritable --json, an unknown
+      PRENOISE_VLLM_OMNI* value, or PRENOISE_VLLM_OMNI=0 (the plugin is off: nothing to verify)
+  70  internal error (please report it)"""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The command's options (defaults: a 4 s 256x256 request on a synthetic image reference)."""
-    parser.add_argument("--seed", type=int, default=42)
+    parser.description = (
+        "Run upstream's MiniMaxH3Pipeline.forward with tiny stand-in components twice, prenoise "
+        "off then on, and compare every noise field and everything _build_denoise_inputs "
+        "returns, bitwise."
+    )
+    parser.epilog = EXIT_STATUS_HELP
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.add_argument("--seed", type=int, default=42, help="0..2^64-1 (output i: seed + i)")
     parser.add_argument("--duration", type=float, default=4.0, help="seconds (upstream: 4..15)")
-    parser.add_argument("--width", type=int, default=256)
-    parser.add_argument("--height", type=int, default=256)
+    parser.add_argument(
+        "--width", type=int, default=256, help="output width (upstream floors it to 32s)"
+    )
+    parser.add_argument(
+        "--height",
+        type=int,
+        default=256,
+        help="output height (width x height at most 768x1344 pixels)",
+    )
     parser.add_argument(
         "--reference",
         action="append",
         default=[],
         metavar="PATH",
-        help="image (png/jpg/webp) or video (mp4/mov) reference; repeat for several "
+        help="image, video or audio reference, typed by its content (upstream accepts JPEG, PNG, "
+        "WebP, HEIC images; MP4/MOV H.264/H.265 videos; WAV/MP3 audio); repeat for several "
         "(default: a synthetic 512x384 image)",
     )
-    parser.add_argument("--outputs", type=int, default=1, help="outputs per request (seed + i)")
+    parser.add_argument(
+        "--outputs", type=int, default=1, help="outputs per request (upstream: 1..10)"
+    )
     parser.add_argument("--steps", type=int, default=2, help="denoising steps")
     parser.add_argument("--json", required=True, help="write the per-field report here")
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
-    """Verify; exit 0 only if every field is bitwise equal and the global RNG is unchanged."""
+    """Verify; exit status as in `EXIT_STATUS_HELP` (bad input raises `UsageError`: exit 2)."""
     try:
         import vllm_omni  # noqa: F401
     except ImportError:
@@ -42,30 +85,23 @@ def run(args: argparse.Namespace, console: Console) -> int:
             "(make setup-vllm-omni)"
         )
         return 2
-    from prenoise.integrations.vllm_omni.standins import synthetic_image
-    from prenoise.integrations.vllm_omni.verification import (
-        H3Request,
-        references_for,
-        verify_request,
+    from prenoise.integrations.vllm_omni.preflight import (
+        check_request,
+        check_settings,
+        resolve_reference_paths,
     )
+    from prenoise.integrations.vllm_omni.standins import synthetic_image
+    from prenoise.integrations.vllm_omni.verification import H3Request
 
-    out = Path(args.json)
-    if out.is_dir():
-        console.print(f"[red]error:[/] --json {out}: is a directory")
-        return 2
-    if args.outputs < 1 or args.steps < 1:
-        console.print("[red]error:[/] --outputs and --steps must be >= 1")
-        return 2
-    with tempfile.TemporaryDirectory(prefix="prenoise-vllm-omni-") as scratch:
-        try:
-            references = references_for(args.reference) or (
-                synthetic_image(Path(scratch) / "reference.png"),
-            )
-        except FileNotFoundError as error:
-            console.print(f"[red]error:[/] {error}")
-            return 2
+    # Cheapest first, all before the pipeline runs: a refusal costs little and leaves nothing.
+    check_settings()
+    references = resolve_reference_paths(args.reference)
+    with (
+        _ReportFile(check_output_file(args.json, "--json")) as out,
+        tempfile.TemporaryDirectory(prefix="prenoise-vllm-omni-") as scratch,
+    ):
         request = H3Request(
-            references,
+            references or (synthetic_image(Path(scratch) / "reference.png"),),
             seed=args.seed,
             duration=args.duration,
             width=args.width,
@@ -73,23 +109,104 @@ def run(args: argparse.Namespace, console: Console) -> int:
             outputs=args.outputs,
             steps=args.steps,
         )
+        check_request(request)
         with console.status("running MiniMax-H3 with the plugin off, then on…"):
-            result = verify_request(request)
-    report = result.to_json()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2))
+            result = _verify(request)
+        report = result.to_json()
+        out.commit(json.dumps(report, indent=2))
+    _print_report(console, result, report)
+    console.print(f"wrote {out.path}")
+    return 0 if result.verified else 1
+
+
+def _verify(request: H3Request) -> VerifyResult:
+    """Both arms; what upstream refuses only while preparing the media is bad input too."""
+    from vllm_omni.errors import OmniClientError
+
+    from prenoise.integrations.vllm_omni.preflight import VerifyInputError
+    from prenoise.integrations.vllm_omni.verification import verify_request
+
+    try:
+        return verify_request(request)
+    except OmniClientError as error:  # e.g. several reference videos over 15 s together
+        raise VerifyInputError(str(error)) from None
+    except subprocess.CalledProcessError as error:  # upstream's ffmpeg on a reference
+        command = error.cmd[0] if isinstance(error.cmd, list | tuple) else error.cmd
+        raise VerifyInputError(
+            f"upstream's media code could not process a reference: {command} exited with "
+            f"status {error.returncode}"
+        ) from None
+
+
+class _ReportFile:
+    """The `--json` destination, claimed before the run and written whole or not at all.
+
+    Entering makes its missing directories and a temporary file beside it: proof that it can be
+    written (`os.access` cannot give that, e.g. to root on a read-only or virtual file system).
+    `commit` renames the finished report into place; leaving without a commit removes the
+    temporary file and the directories it made, so a refused or failed run leaves nothing.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._temporary: Path | None = None
+        self._made: list[Path] = []  # directories made here, deepest first
+
+    def __enter__(self) -> _ReportFile:
+        self._made = [p for p in (self.path.parent, *self.path.parent.parents) if not p.exists()]
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd, name = tempfile.mkstemp(
+                dir=self.path.parent, prefix=f".{self.path.name}.", suffix=".tmp"
+            )
+        except OSError as error:
+            self._remove()
+            raise UsageError(
+                f"--json {self.path}: cannot write there ({error.strerror or error})"
+            ) from None
+        os.close(fd)
+        self._temporary = Path(name)
+        return self
+
+    def commit(self, text: str) -> None:
+        """Write `text` and move it into place (atomically: a reader sees all of it or none)."""
+        assert self._temporary is not None
+        self._temporary.write_text(text)
+        os.replace(self._temporary, self.path)
+        self._temporary = None
+        self._made = []
+
+    def __exit__(self, *exc: object) -> None:
+        self._remove()
+
+    def _remove(self) -> None:
+        if self._temporary is not None:
+            self._temporary.unlink(missing_ok=True)
+            self._temporary = None
+        for directory in self._made:
+            with contextlib.suppress(OSError):  # not empty: something else wrote there since
+                directory.rmdir()
+        self._made = []
+
+
+def _print_report(console: Console, result: VerifyResult, report: dict[str, object]) -> None:
+    """The noise fields and any difference as a table, then the verdict and its reasons."""
     table = Table(title="MiniMax-H3 (vllm-omni): plugin off vs on")
     for column in ("field", "equal", "shape", "drawn on (plugin on)"):
         table.add_column(column)
-    drawn_on = report["arms"]["plugin_on"]["drawn_on"]
-    for name, entry in report["fields"].items():
+    fields = report["fields"]
+    assert isinstance(fields, dict)
+    drawn_on = result.on.drawn_on
+    for name, entry in fields.items():
         if not name.split(".")[-1].endswith("noise") and entry["equal"]:
             continue  # the table shows the noise fields and any difference; the JSON has all
         mark = "[green]yes[/]" if entry["equal"] else f"[red]NO[/] {entry['differences']}"
         table.add_row(name, mark, str(entry["shape"]), drawn_on.get(name, ""))
     console.print(table)
     console.print(f"geometry: {report['geometry']}", soft_wrap=True)
-    style = "green" if result.equal else "red"
-    console.print(f"[{style}]{result.summary()}[/]")
-    console.print(f"wrote {out}")
-    return 0 if result.equal else 1
+    for reason in result.not_prepared_reasons:
+        console.print(f"[red]not prepared ahead:[/] {escape(reason)}", soft_wrap=True)
+    for value in result.uncompared:
+        console.print(f"[red]not compared:[/] {escape(value)}", soft_wrap=True)
+    style = "green" if result.verified else "red"
+    console.print(f"[{style}]{escape(result.summary())}[/]", soft_wrap=True)

@@ -15,6 +15,7 @@ compression with canvases aligned to 32 — through the processor methods upstre
 from __future__ import annotations
 
 import subprocess
+import wave
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ from PIL import Image
 __all__ = [
     "StandInHooks",
     "build_pipeline",
+    "synthetic_audio",
     "synthetic_image",
     "synthetic_video",
 ]
@@ -341,4 +343,22 @@ def synthetic_video(path: Path, width: int = 320, height: int = 256, seconds: fl
          "-c:v", "libx264", "-pix_fmt", "yuv420p", "-c:a", "aac", "-shortest", str(path)],
         check=True,
     )  # fmt: skip
+    return path
+
+
+def synthetic_audio(
+    path: Path, seconds: float = 2.5, sample_rate: int = 16000, frequency: float = 440.0
+) -> Path:
+    """A deterministic 16-bit PCM mono WAV reference (a sine tone); no ffmpeg needed to write it.
+
+    Upstream still probes audio references with ffprobe, so using one needs ffmpeg installed.
+    """
+    count = round(seconds * sample_rate)
+    tone = np.sin(2 * np.pi * frequency * np.arange(count) / sample_rate)
+    samples = np.round(tone * 0.5 * np.iinfo(np.int16).max).astype("<i2")
+    with wave.open(str(path), "wb") as out:
+        out.setnchannels(1)
+        out.setsampwidth(2)
+        out.setframerate(sample_rate)
+        out.writeframes(samples.tobytes())
     return path

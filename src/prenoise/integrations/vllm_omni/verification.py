@@ -8,25 +8,47 @@ record, per output, what the pipeline computed:
 - `visual_condition_noise`: with the plugin on, the tensor prenoise prepared (when it did);
   otherwise upstream's own function evaluated at the same arguments on clean rows of `-0.0`
   with `noise_aug=0.0`, which returns its draw exactly (`-0.0·0 + 1·noise == noise`, -0.0 kept);
-- `denoise.*`: every tensor `_build_denoise_inputs` returned (the branch's tensors included);
+- `denoise.*`: everything `_build_denoise_inputs` returned, walked whole and copied when it
+  returned (dicts, lists/tuples, dataclasses, named tuples, the branch and any other object's
+  attributes, tensors, numbers, dtypes, devices, None, strings): one field per value, named by
+  its dotted path (`denoise.branch.static_kwargs.packed_seq_params.cu_seqlens_q`); a value the
+  walk cannot compare faithfully is listed in `uncompared` and fails the verdict;
 - `decoded.video`, `decoded.audio`: what `forward` returned (all outputs, decoded).
 Fields of output i ≥ 1 are prefixed `output{i}.`.
+
+The verdict (`VerifyResult.verified`) needs more than equal fields: the plugin-on arm must have
+run the overlapped path. Every noise tensor the pipeline consumed for the prepared outputs (the
+first; all of them with `PRENOISE_VLLM_OMNI_PREPARE_NEXT_OUTPUT=1`) must have been drawn on a
+worker thread and taken by the pipeline; otherwise `not_prepared_reasons` says why not (plugin
+disabled, request not eligible, a prediction mismatch, a draw not made ahead).
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
+import dataclasses
+import enum
+import pathlib
+import subprocess
 import threading
-from collections.abc import Iterator, Sequence
+import types
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import numpy as np
 import torch
 
 from prenoise.integrations.vllm_omni import plugin
+from prenoise.integrations.vllm_omni.preflight import (
+    reference_kind,
+    resolve_reference_paths,
+)
 from prenoise.integrations.vllm_omni.request import DrawRecord, current_request, observe_draws
+from prenoise.integrations.vllm_omni.settings import ENABLE_ENV, PluginSettings
 from prenoise.integrations.vllm_omni.standins import StandInHooks, build_pipeline
 from prenoise.rng_guard import snapshot_global_rng
 from prenoise.verify import ComparisonReport, compare, nest_dotted
@@ -45,7 +67,12 @@ NOISE_FIELDS = ("initial_video_noise", "initial_audio_noise", "visual_condition_
 
 @dataclass(frozen=True)
 class H3Request:
-    """One Ref2VA request to the H3 pipeline (references are image or video file paths)."""
+    """One Ref2VA request to the H3 pipeline.
+
+    `references` are image, video or audio files, typed by their content
+    (`preflight.reference_kind`), never by their names; upstream conditions on images, then
+    videos, then audio, each kind in the order given here.
+    """
 
     references: tuple[Path, ...]
     seed: int = 42
@@ -60,13 +87,7 @@ class H3Request:
         """The `DiffusionRequestBatch`-like object `forward` reads (one prompt)."""
         from vllm_omni.inputs.data import OmniDiffusionSamplingParams
 
-        images = [str(p) for p in self.references if p.suffix.lower() not in _VIDEO_SUFFIXES]
-        videos = [str(p) for p in self.references if p.suffix.lower() in _VIDEO_SUFFIXES]
-        media: dict[str, Any] = {}
-        if images:
-            media["image"] = images if len(images) > 1 else images[0]
-        if videos:
-            media["video"] = videos if len(videos) > 1 else videos[0]
+        media = multi_modal_data(self.references)
         sampling = OmniDiffusionSamplingParams(
             seed=self.seed,
             num_outputs_per_prompt=self.outputs,
@@ -79,7 +100,13 @@ class H3Request:
         return SimpleNamespace(prompts=[prompt], sampling_params=sampling)
 
 
-_VIDEO_SUFFIXES = {".mp4", ".mov"}
+def multi_modal_data(references: Sequence[Path]) -> dict[str, Any]:
+    """`multi_modal_data` as upstream's `prepare_encoder_inputs` reads it for Ref2VA: the keys
+    `image`, `video`, `audio`, each one path or a list of them."""
+    grouped: dict[str, list[str]] = {}
+    for path in references:
+        grouped.setdefault(reference_kind(path), []).append(str(path))
+    return {kind: paths if len(paths) > 1 else paths[0] for kind, paths in grouped.items()}
 
 
 @dataclass
@@ -95,10 +122,26 @@ class ArmResult:
     prediction_events: list[Any] = field(default_factory=list)
     records: list[DrawRecord] = field(default_factory=list)
     skipped: str | None = None
+    uncompared: list[str] = field(default_factory=list)
+    """`path: why` of each value `_build_denoise_inputs` returned that cannot be compared."""
+    preparation_opened: bool = False
+    """True if the plugin's `forward` wrapper opened a request preparation (plugin on)."""
+    settings: PluginSettings | None = None
+    """The settings the plugin's request preparation ran with (None: it opened none)."""
+    consumed: list[tuple[str, int]] = field(default_factory=list)
+    """`(noise field, seed)` for each noise the pipeline consumed, in order (the condition noise
+    only when upstream's mix needs a draw, i.e. `noise_aug` is not 1)."""
+    forward_thread: str = ""
+    """The thread `forward` ran on (prepared noise must have been drawn on another)."""
 
     @property
     def rng_unchanged(self) -> bool:
         return not self.rng_before.differences(self.rng_after)
+
+    @property
+    def output_seeds(self) -> list[int]:
+        """The output seeds in the order the pipeline drew for them."""
+        return list(dict.fromkeys(seed for _, seed in self.consumed))
 
 
 def _install_state(plugin_on: bool) -> None:
@@ -134,9 +177,10 @@ def run_arm(request: H3Request, *, plugin_on: bool, hooks: StandInHooks | None =
     _install_state(plugin_on)
     try:
         pipe = build_pipeline(hooks)
+        forward_request = request.forward_request()
         with _Probes() as probes, observe_draws(probes.on_prepared):
             rng_before = snapshot_global_rng()
-            output = pipe.forward(request.forward_request())
+            output = pipe.forward(forward_request)
             rng_after = snapshot_global_rng()
         return probes.result(output, rng_before, rng_after)
     finally:
@@ -145,26 +189,72 @@ def run_arm(request: H3Request, *, plugin_on: bool, hooks: StandInHooks | None =
 
 @dataclass
 class VerifyResult:
-    """Plugin off vs on: the comparison, both arms' geometry and threads."""
+    """Plugin off vs on: the comparison, both arms' geometry and threads, and the verdict.
+
+    `equal`: every field bitwise equal (and each value comparable), the global RNG unchanged.
+    `prepared`: the plugin-on arm ran the overlapped path (see `not_prepared_reasons`).
+    `verified`: both — the only state in which the overlapped path is shown equal to the serial.
+    """
 
     report: ComparisonReport
     off: ArmResult
     on: ArmResult
+
+    @classmethod
+    def of(cls, off: ArmResult, on: ArmResult) -> VerifyResult:
+        """Compare two arms' fields (plugin off first)."""
+        return cls(compare(nest_dotted(off.fields), nest_dotted(on.fields)), off, on)
 
     @property
     def rng_state_unchanged(self) -> bool:
         return self.off.rng_unchanged and self.on.rng_unchanged
 
     @property
+    def uncompared(self) -> list[str]:
+        """Values either arm returned that the comparison could not cover (`arm: path: why`)."""
+        return [f"plugin_off: {u}" for u in self.off.uncompared] + [
+            f"plugin_on: {u}" for u in self.on.uncompared
+        ]
+
+    @property
     def equal(self) -> bool:
-        return self.report.equal and self.rng_state_unchanged and bool(self.report.fields)
+        return (
+            self.report.equal
+            and self.rng_state_unchanged
+            and bool(self.report.fields)
+            and not self.uncompared
+        )
+
+    @property
+    def not_prepared_reasons(self) -> list[str]:
+        """Why the plugin-on arm did not run the overlapped path; empty if it did."""
+        return _not_prepared_reasons(self.on)
+
+    @property
+    def prepared(self) -> bool:
+        return not self.not_prepared_reasons
+
+    @property
+    def verified(self) -> bool:
+        return self.equal and self.prepared
 
     def summary(self) -> str:
-        rng = "global RNG unchanged" if self.rng_state_unchanged else "GLOBAL RNG CHANGED"
-        return f"{self.report.summary()}; {rng}"
+        """One line: the verdict, then the comparison, the RNG and the preparation."""
+        parts = [self.report.summary()]
+        parts.append("global RNG unchanged" if self.rng_state_unchanged else "GLOBAL RNG CHANGED")
+        if self.uncompared:
+            more = f" (+{len(self.uncompared) - 3} more)" if len(self.uncompared) > 3 else ""
+            parts.append(f"NOT COMPARED: {'; '.join(self.uncompared[:3])}{more}")
+        reasons = self.not_prepared_reasons
+        if reasons:
+            parts.append(f"PLUGIN ARM NOT PREPARED AHEAD: {'; '.join(reasons)}")
+        else:
+            parts.append(f"plugin arm prepared ahead: {_prepared_count(self.on)}")
+        verdict = "verified" if self.verified else "NOT VERIFIED"
+        return f"{verdict}: {'; '.join(parts)}"
 
     def to_json(self) -> dict[str, Any]:
-        """The `prenoise verify` schema, plus `geometry` and per-arm `drawn_on` threads."""
+        """The `prenoise verify` schema, plus the verdict, `geometry` and per-arm threads."""
         fields = {}
         for path, entry in self.report.fields.items():
             a = entry.a if not isinstance(entry.a, str) else None
@@ -174,9 +264,15 @@ class VerifyResult:
                 "sha256": getattr(a, "sha256", ""),
                 "shape": getattr(a, "shape", None),
                 "plugin_on_sha256": getattr(entry.b, "sha256", ""),
+                "value": entry.a if isinstance(entry.a, str) else None,
+                "plugin_on_value": entry.b if isinstance(entry.b, str) else None,
             }
         return {
+            "verified": self.verified,
             "equal": self.equal,
+            "prepared": self.prepared,
+            "not_prepared_reasons": self.not_prepared_reasons,
+            "uncompared": self.uncompared,
             "rng_state_unchanged": self.rng_state_unchanged,
             "summary": self.summary(),
             "fields": fields,
@@ -192,14 +288,90 @@ class VerifyResult:
         }
 
 
-def verify_request(request: H3Request) -> VerifyResult:
-    """Both arms in this process from the same global RNG state; every field compared."""
+def verify_request(request: H3Request, *, hooks: StandInHooks | None = None) -> VerifyResult:
+    """Both arms in this process from the same global RNG state; every field compared.
+
+    `hooks` (tests): the stand-in components' hooks, one instance for each arm (copied).
+
+    A request upstream refuses fails in the plugin-off arm with upstream's own error. The same
+    error from the plugin-on arm alone is not the request's fault: it is re-raised as a
+    `RuntimeError` (an internal error), never reported as bad input.
+    """
     state = torch.get_rng_state()
-    off = run_arm(request, plugin_on=False)
+    off = run_arm(request, plugin_on=False, hooks=copy.copy(hooks))
     torch.set_rng_state(state)
-    on = run_arm(request, plugin_on=True)
-    report = compare(nest_dotted(off.fields), nest_dotted(on.fields))
-    return VerifyResult(report, off, on)
+    try:
+        on = run_arm(request, plugin_on=True, hooks=copy.copy(hooks))
+    except Exception as error:
+        if _looks_like_bad_input(error):
+            raise RuntimeError(
+                f"the plugin-on arm failed on a request the plugin-off arm ran: "
+                f"{type(error).__name__}: {error}"
+            ) from error
+        raise
+    return VerifyResult.of(off, on)
+
+
+def _looks_like_bad_input(error: BaseException) -> bool:
+    """Errors the command reports as bad input (upstream refusing the request or its media)."""
+    from vllm_omni.errors import OmniClientError
+
+    return isinstance(error, OmniClientError | subprocess.CalledProcessError)
+
+
+# -- the verdict: did the plugin-on arm prepare ahead? ------------------------------------------
+
+
+def _not_prepared_reasons(arm: ArmResult) -> list[str]:
+    """For each noise the pipeline consumed in the prepared outputs: drawn ahead on a worker and
+    taken by the pipeline, or the reason it was not (the whole request's, if it has one)."""
+    if not arm.preparation_opened:
+        return [_why_no_preparation()]
+    if arm.skipped is not None:
+        return [f"request not eligible: {arm.skipped}"]
+    seeds = arm.output_seeds
+    if not seeds:
+        return ["the pipeline drew no noise"]
+    prepare_all = arm.settings is not None and arm.settings.prepare_next_output
+    in_scope = set(seeds if prepare_all else seeds[:1])
+    records = {record.name: record for record in arm.records}
+    reasons = [f"prediction mismatch: {event}" for event in arm.prediction_events]
+    for name, seed in arm.consumed:
+        if seed not in in_scope:
+            continue
+        label = _prefix(seeds.index(seed)) + name
+        record = records.get(f"{name}@{seed}")
+        if record is None:
+            reasons.append(f"{label}: not drawn ahead (upstream's serial code drew it)")
+        elif not record.used:
+            reasons.append(
+                f"{label}: drawn ahead but not used (the pipeline's arguments differed from "
+                "the prediction; upstream's serial code drew it)"
+            )
+        elif record.thread == arm.forward_thread:
+            reasons.append(f"{label}: drawn on the request's own thread {record.thread!r}")
+    return reasons
+
+
+def _why_no_preparation() -> str:
+    try:
+        enabled = PluginSettings.from_env().enabled
+    except ValueError:
+        enabled = True
+    if not enabled:
+        return f"plugin disabled by {ENABLE_ENV}=0: its forward wrapper ran upstream's code"
+    return "the plugin's forward wrapper opened no request preparation"
+
+
+def _prepared_count(arm: ArmResult) -> str:
+    taken = [r for r in arm.records if r.used]
+    threads = sorted({r.thread for r in taken})
+    return f"{len(taken)} noise tensors drawn on {', '.join(threads)} and used by the pipeline"
+
+
+def _prefix(index: int) -> str:
+    """Field-name prefix of output `index` (none for the first)."""
+    return "" if index == 0 else f"output{index}."
 
 
 # -- probes -------------------------------------------------------------------------------------
@@ -210,12 +382,15 @@ class _Probes(contextlib.AbstractContextManager["_Probes"]):
 
     def __init__(self) -> None:
         self.per_seed: dict[int, dict[str, Any]] = {}
+        self.uncompared: dict[int, list[str]] = {}
         self.drawn_on: dict[int, dict[str, str]] = {}
         self.prepared: dict[tuple[str, int], torch.Tensor] = {}
         self.condition_calls: dict[int, dict[str, Any]] = {}
+        self.consumed: list[tuple[str, int]] = []
         self.geometry: dict[str, Any] = {}
         self.seeds: list[int] = []
         self.request_state: Any = None
+        self.forward_thread = threading.current_thread().name
         self._stack = contextlib.ExitStack()
 
     def on_prepared(self, name: str, seed: int, tensor: torch.Tensor) -> None:
@@ -231,7 +406,10 @@ class _Probes(contextlib.AbstractContextManager["_Probes"]):
 
         def build_probe(pipe: Any, **kwargs: Any) -> dict[str, Any]:
             inputs = build(pipe, **kwargs)
-            probes.per_seed.setdefault(int(kwargs["seed"]), {})["denoise"] = _tensors(inputs)
+            seed = int(kwargs["seed"])
+            walk = ComparableCopy()
+            probes.per_seed.setdefault(seed, {})["denoise"] = walk.fields(inputs, "denoise")
+            probes.uncompared[seed] = walk.uncompared
             return inputs
 
         def initial_probe(pipe: Any, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
@@ -239,6 +417,7 @@ class _Probes(contextlib.AbstractContextManager["_Probes"]):
             video, audio = initial(pipe, **kwargs)
             seed = int(kwargs["seed"])
             probes.seeds.append(seed)
+            probes.consumed += [("initial_video_noise", seed), ("initial_audio_noise", seed)]
             entry = probes.per_seed.setdefault(seed, {})
             entry["initial_video_noise"], entry["initial_audio_noise"] = video, audio
             thread = threading.current_thread().name
@@ -252,6 +431,8 @@ class _Probes(contextlib.AbstractContextManager["_Probes"]):
         def condition_probe(clean_rows: torch.Tensor, **kwargs: Any) -> torch.Tensor:
             seed = int(kwargs["seed"])
             probes.condition_calls[seed] = {"clean_rows": clean_rows, **kwargs}
+            if _draws_condition_noise(kwargs.get("noise_aug")):
+                probes.consumed.append(("visual_condition_noise", seed))
             probes.drawn_on.setdefault(seed, {})["visual_condition_noise"] = (
                 threading.current_thread().name
             )
@@ -277,8 +458,9 @@ class _Probes(contextlib.AbstractContextManager["_Probes"]):
         records = dict(state.records) if state is not None else {}
         fields: dict[str, Any] = {}
         drawn_on: dict[str, str] = {}
+        uncompared: list[str] = []
         for index, seed in enumerate(dict.fromkeys(self.seeds)):
-            prefix = "" if index == 0 else f"output{index}."
+            prefix = _prefix(index)
             entry = self.per_seed.get(seed, {})
             threads = self.drawn_on.get(seed, {})
             for name in NOISE_FIELDS:
@@ -295,7 +477,8 @@ class _Probes(contextlib.AbstractContextManager["_Probes"]):
                 fields[prefix + name] = tensor
                 drawn_on[prefix + name] = record.thread if used and record else threads[name]
             for key, value in entry.get("denoise", {}).items():
-                fields[f"{prefix}denoise.{key}"] = value
+                fields[prefix + key] = value
+            uncompared += [prefix + u for u in self.uncompared.get(seed, [])]
         video, audio = output.output  # what forward returned: every output, decoded
         fields["decoded.video"], fields["decoded.audio"] = video, audio
         return ArmResult(
@@ -308,7 +491,21 @@ class _Probes(contextlib.AbstractContextManager["_Probes"]):
             prediction_events=list(state.prediction_events) if state is not None else [],
             records=list(records.values()),
             skipped=state.skipped if state is not None else None,
+            uncompared=uncompared,
+            preparation_opened=state is not None,
+            settings=state.settings if state is not None else None,
+            consumed=list(self.consumed),
+            forward_thread=self.forward_thread,
         )
+
+
+def _draws_condition_noise(noise_aug: Any) -> bool:
+    """Whether upstream's condition mix draws noise at `noise_aug` (it returns the clean rows
+    untouched at 1)."""
+    try:
+        return float(noise_aug) != 1.0
+    except (TypeError, ValueError):
+        return True  # upstream raises on it; the preparation verdict must not pass it silently
 
 
 def _upstream_condition_draw(upstream: Any, call: dict[str, Any]) -> torch.Tensor:
@@ -319,21 +516,189 @@ def _upstream_condition_draw(upstream: Any, call: dict[str, Any]) -> torch.Tenso
     return original(clean, noise_aug=0.0, **kwargs)
 
 
-def _tensors(inputs: dict[str, Any]) -> dict[str, Any]:
-    """Every tensor (and plain value) `_build_denoise_inputs` returned, the branch flattened."""
-    out: dict[str, Any] = {}
-    for key, value in inputs.items():
-        if key == "branch":
-            for name, item in sorted(vars(value).items()):
-                if isinstance(item, torch.Tensor | int | float | str | type(None)):
-                    out[f"branch.{name}"] = item
-                elif isinstance(item, dict):
-                    for sub, sub_item in sorted(item.items()):
-                        if isinstance(sub_item, torch.Tensor):
-                            out[f"branch.{name}.{sub}"] = sub_item
-        elif isinstance(value, torch.Tensor | int | float | str | list | type(None)):
-            out[key] = value
-    return out
+# -- all of `_build_denoise_inputs`' result, as values `compare` checks faithfully ------------
+
+TYPE_KEY = "__type__"
+"""The key under which a walked object's type is recorded (one field per object)."""
+
+# Values `prenoise.verify.compare` compares exactly as they are (its leaf types).
+_EXACT_LEAVES: tuple[type, ...] = (
+    type(None),
+    bool,
+    int,
+    float,
+    complex,
+    str,
+    bytes,
+    torch.dtype,
+    torch.device,
+    torch.layout,
+    torch.memory_format,
+)
+_BUILTIN_LEAVES = (int, float, complex, str, bytes)
+_NOT_DATA = (
+    type,
+    types.ModuleType,
+    types.FunctionType,
+    types.BuiltinFunctionType,
+    types.MethodType,
+    types.GeneratorType,
+    types.CoroutineType,
+)
+
+
+class ComparableCopy:
+    """A copy of a nested value made only of what `compare` checks faithfully, taken at once.
+
+    Tensors are copied storage and all (same shape, strides, storage offset, dtype, device,
+    requires_grad), so what the pipeline does to them later cannot change what is compared.
+    Mappings with plain keys, lists and tuples keep their types; objects (dataclasses, named
+    tuples, `SimpleNamespace`, any instance with a `__dict__` or `__slots__`) become a dict of
+    their attributes plus `__type__`, their type's qualified name; numpy values become tensors
+    (under `__type__`); subclasses of int, float, str keep their type under `__type__`. What is
+    none of these (functions, classes, modules, C objects without attributes, reference
+    cycles, unsupported mapping keys) is listed in `uncompared` (`path: why`), which fails the
+    verdict: a value is never skipped silently.
+    """
+
+    def __init__(self) -> None:
+        self.uncompared: list[str] = []
+        self._active: set[int] = set()  # ids of the containers on the current path
+
+    def fields(self, value: Mapping[str, Any], prefix: str) -> dict[str, Any]:
+        """`{prefix.key: copy}` for each top-level key of `value` (named keys only)."""
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            if not _is_name(key):
+                self._skip(f"{prefix}[{key!r}]", "a top-level key that is not a name")
+                continue
+            out[f"{prefix}.{key}"] = self.copy(item, f"{prefix}.{key}")
+        return out
+
+    def copy(self, value: Any, path: str) -> Any:
+        """`value` as a comparable copy (see the class docstring); `path` names it in reports."""
+        kind = type(value)
+        if isinstance(value, torch.Tensor):
+            copied = _tensor_copy(value)
+            return copied if kind is torch.Tensor else {TYPE_KEY: _type_name(value), "data": copied}
+        if kind in _EXACT_LEAVES or isinstance(value, enum.Enum | pathlib.PurePath):
+            return value
+        if isinstance(value, np.ndarray | np.generic):
+            return self._numpy(value, path)
+        if isinstance(value, _BUILTIN_LEAVES):  # e.g. numpy's float64 is a float subclass
+            base: Any = next(b for b in _BUILTIN_LEAVES if isinstance(value, b))
+            return {TYPE_KEY: _type_name(value), "value": base(value)}
+        if isinstance(value, _NOT_DATA):
+            return self._skip(path, f"{_type_name(value)} is code, not data")
+        if id(value) in self._active:
+            return self._skip(path, "reference cycle (a value contains itself)")
+        self._active.add(id(value))
+        try:
+            return self._container(value, path)
+        finally:
+            self._active.discard(id(value))
+
+    def _container(self, value: Any, path: str) -> Any:
+        kind = type(value)
+        if isinstance(value, Mapping):
+            out = {} if kind is dict else {TYPE_KEY: _type_name(value)}
+            return self._items(out, value.items(), path)
+        if isinstance(value, tuple) and hasattr(value, "_fields"):  # a named tuple
+            named = zip(value._fields, value, strict=True)
+            return self._items({TYPE_KEY: _type_name(value)}, named, path)
+        if kind is list or kind is tuple:
+            return kind(self.copy(item, f"{path}.{i}") for i, item in enumerate(value))
+        if isinstance(value, list | tuple):  # e.g. torch.Size
+            items = [self.copy(item, f"{path}.{i}") for i, item in enumerate(value)]
+            return {TYPE_KEY: _type_name(value), "items": items}
+        attributes = _attributes(value)
+        if attributes is None:
+            return self._skip(path, f"cannot read the attributes of a {_type_name(value)}")
+        return self._items({TYPE_KEY: _type_name(value)}, attributes.items(), path)
+
+    def _items(self, out: dict[Any, Any], items: Any, path: str) -> dict[Any, Any]:
+        for key, item in items:
+            if not _is_plain_key(key):
+                self._skip(f"{path}[{key!r}]"[:200], f"a key of type {_type_name(key)}")
+            elif key == TYPE_KEY and TYPE_KEY in out:
+                self._skip(f"{path}.{key}", f"collides with the {TYPE_KEY} record")
+            else:
+                out[key] = self.copy(item, _join(path, key))
+        return out
+
+    def _numpy(self, value: np.ndarray | np.generic, path: str) -> Any:
+        try:
+            data = torch.from_numpy(np.array(value, copy=True))
+        except (TypeError, ValueError) as error:
+            return self._skip(path, f"numpy {value.dtype} has no torch dtype ({error})")
+        return {TYPE_KEY: _type_name(value), "data": data}
+
+    def _skip(self, path: str, why: str) -> str:
+        self.uncompared.append(f"{path}: {why}")
+        return f"<not compared: {why}>"
+
+
+def _tensor_copy(tensor: torch.Tensor) -> torch.Tensor:
+    """A copy with the same storage layout: shape, strides, storage offset (and overlap)."""
+    source = tensor.detach()
+    if (
+        source.layout != torch.strided
+        or source.is_quantized
+        or source.is_conj()
+        or source.is_neg()
+        or source.is_nested
+    ):
+        copied = source.clone()
+    else:
+        copied = torch.empty(0, dtype=source.dtype, device=source.device)
+        copied.set_(
+            source.untyped_storage().clone(),
+            source.storage_offset(),
+            source.size(),
+            source.stride(),
+        )
+    return copied.requires_grad_(tensor.requires_grad) if tensor.requires_grad else copied
+
+
+def _attributes(value: Any) -> dict[str, Any] | None:
+    """An object's instance attributes (`__dict__`, then any `__slots__`); None if it has none
+    Python can read (a C object)."""
+    found: dict[str, Any] = {}
+    has_any = hasattr(value, "__dict__")
+    if has_any:
+        found.update(vars(value))
+    for cls in type(value).__mro__:
+        slots = cls.__dict__.get("__slots__", ())
+        for slot in (slots,) if isinstance(slots, str) else slots:
+            has_any = True
+            if slot not in ("__dict__", "__weakref__") and hasattr(value, slot):
+                found.setdefault(slot, getattr(value, slot))
+    if dataclasses.is_dataclass(value):
+        has_any = True
+    return found if has_any else None
+
+
+def _is_name(key: Any) -> bool:
+    """A key that can be one segment of a dotted field name."""
+    return type(key) is str and key.isidentifier()
+
+
+def _is_plain_key(key: Any) -> bool:
+    """Keys `compare` matches by type and value: plain values and tuples of them."""
+    if type(key) is tuple:
+        return all(_is_plain_key(k) for k in key)
+    return type(key) in (type(None), bool, int, float, str, bytes) or isinstance(key, enum.Enum)
+
+
+def _join(path: str, key: Any) -> str:
+    return f"{path}.{key}" if _is_name(key) else f"{path}[{key!r}]"
+
+
+def _type_name(value: Any) -> str:
+    kind = type(value)
+    if kind.__module__ == "builtins":
+        return kind.__qualname__
+    return f"{kind.__module__}.{kind.__qualname__}"
 
 
 @contextlib.contextmanager
@@ -348,12 +713,4 @@ def _patched(owner: Any, name: str, value: Any) -> Iterator[None]:
 
 def references_for(paths: Sequence[str | Path]) -> tuple[Path, ...]:
     """Resolve and check reference paths (a clear error before any pipeline work)."""
-    resolved = []
-    for raw in paths:
-        path = Path(raw).expanduser()
-        if path.is_dir():
-            raise FileNotFoundError(f"reference {raw}: is a directory, not a media file")
-        if not path.is_file():
-            raise FileNotFoundError(f"reference {raw}: no such file")
-        resolved.append(path.resolve())
-    return tuple(resolved)
+    return resolve_reference_paths(paths)

@@ -1,0 +1,306 @@
+"""What `prenoise vllm-omni-verify` refuses before it runs the pipeline, and why.
+
+Bad input is the user's to fix: it is reported in one line with exit status 2
+(:class:`VerifyInputError`, a `UsageError`), never as an internal error, and before any heavy
+work. Checked, in this order:
+- the plugin's settings (`PRENOISE_VLLM_OMNI*`): an unknown value, or the plugin turned off
+  (with `PRENOISE_VLLM_OMNI=0` the plugin-on arm would run upstream's code: nothing to verify);
+- the request, with upstream's own validation first so that the message is the one a
+  `vllm serve` client gets, unchanged (`OmniClientError`): outputs per prompt, duration and
+  canvas (`resolve_minimax_h3_shape`), reference counts; then prenoise's seed range and the
+  canvas bound below (upstream sets none for an explicit `height`/`width`);
+- each reference file, typed by content (never by its name) and checked with upstream's own
+  loaders and validators: images (`load_minimax_h3_images`,
+  `resolve_minimax_h3_reference_image_shape`), videos (`_probe_video`,
+  `_validate_reference_video_metadata`), audio (`validate_reference_audio_files`).
+
+What only upstream's media preparation can see (e.g. the 15 s budget of several reference
+videos together) it still refuses inside the run, with its own `OmniClientError`; the command
+reports that the same way.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+from prenoise.cli_args import UsageError
+from prenoise.integrations.vllm_omni.settings import ENABLE_ENV, PluginSettings, SettingsError
+from prenoise.seeds import check_seed_range
+
+if TYPE_CHECKING:
+    from prenoise.integrations.vllm_omni.verification import H3Request
+
+__all__ = [
+    "ReferenceKind",
+    "VerifyInputError",
+    "canvas_pixel_limit",
+    "check_references",
+    "check_request",
+    "check_settings",
+    "reference_kind",
+    "resolve_reference_paths",
+]
+
+ReferenceKind = Literal["image", "video", "audio"]
+"""The three kinds of Ref2VA reference upstream accepts (`multi_modal_data` keys)."""
+
+T = TypeVar("T")
+
+# PyAV opens a single picture too, through these demuxers (`image2` by the file name alone, even
+# for a text file): such a file is an image or nothing, and Pillow decides which.
+_IMAGE_DEMUXERS = ("image2", "image2pipe")
+_IMAGE_DEMUXER_SUFFIX = "_pipe"
+
+
+class VerifyInputError(UsageError):
+    """Input `vllm-omni-verify` cannot verify (one line, exit status 2)."""
+
+
+# -- settings -----------------------------------------------------------------------------------
+
+
+def check_settings() -> PluginSettings:
+    """The plugin's settings from the environment; refuse unknown values and a disabled plugin.
+
+    With `PRENOISE_VLLM_OMNI=0` the plugin's `forward` wrapper passes straight through to
+    upstream: both arms would run the same code, so "equal" would prove nothing.
+    """
+    try:
+        settings = PluginSettings.from_env()
+    except SettingsError as error:
+        raise VerifyInputError(str(error)) from None
+    if not settings.enabled:
+        raise VerifyInputError(
+            f"plugin disabled by {ENABLE_ENV}=0: nothing to verify (both arms would run "
+            f"upstream's code); unset {ENABLE_ENV} or set it to 1"
+        )
+    return settings
+
+
+# -- the request --------------------------------------------------------------------------------
+
+
+def canvas_pixel_limit() -> int:
+    """The largest output canvas verified: upstream's `MINIMAX_H3_OUTPUT_MAX_PIXELS` (768x1344).
+
+    That is the largest canvas upstream resolves by itself; for an explicit `height`/`width` it
+    checks only the aspect ratio, so `--width 100000` would otherwise allocate tens of GB.
+    """
+    from vllm_omni.model_executor.models.minimax_h3 import preprocessing
+
+    return int(preprocessing.MINIMAX_H3_OUTPUT_MAX_PIXELS)
+
+
+def check_request(request: H3Request) -> None:
+    """Refuse, before any pipeline work, a request upstream or prenoise would refuse.
+
+    Raises :class:`VerifyInputError` with upstream's message where upstream has the check.
+    """
+    from vllm_omni.diffusion.models.minimax_h3 import pipeline_minimax_h3 as pipeline
+    from vllm_omni.model_executor.models.minimax_h3 import encoder_processing
+
+    outputs = _upstream(pipeline._resolve_minimax_h3_num_outputs, request.outputs)
+    _prenoise(check_seed_range, request.seed, outputs)
+    if request.steps < 1:
+        raise VerifyInputError(f"--steps must be >= 1, got {request.steps}")
+    sampling = request.forward_request().sampling_params
+    resolve_shape = encoder_processing.resolve_minimax_h3_shape
+    height, width, *_ = _upstream(resolve_shape, "ref2va", sampling, None)
+    limit = canvas_pixel_limit()
+    if height * width > limit:
+        raise VerifyInputError(
+            f"canvas {width}x{height} ({width * height} pixels) is over {limit} pixels, the "
+            "largest MiniMax-H3 canvas upstream resolves itself (768x1344); pass a smaller "
+            "--width/--height"
+        )
+    check_references(request.references)
+
+
+def check_references(paths: Sequence[Path]) -> dict[Path, ReferenceKind]:
+    """Type each reference by content and run upstream's checks for its kind; the kinds."""
+    from vllm_omni.model_executor.models.minimax_h3 import encoder_processing
+
+    kinds = {path: reference_kind(path) for path in paths}
+    by_kind = {kind: [p for p in paths if kinds[p] == kind] for kind in ("image", "video", "audio")}
+    _upstream(
+        encoder_processing._validate_ref2va_reference_counts,
+        len(by_kind["image"]),
+        len(by_kind["video"]),
+        len(by_kind["audio"]),
+    )
+    if (by_kind["video"] or by_kind["audio"]) and not _have_ffmpeg():
+        raise VerifyInputError(
+            "video and audio references need ffmpeg and ffprobe (upstream runs them); "
+            "install ffmpeg"
+        )
+    for path in by_kind["image"]:
+        _check_image(path)
+    for index, path in enumerate(by_kind["video"]):
+        _check_video(path, index)
+    if by_kind["audio"]:
+        _check_audio(by_kind["audio"])
+    return kinds
+
+
+def _check_image(path: Path) -> None:
+    from vllm_omni.model_executor.models.minimax_h3 import preprocessing
+
+    try:
+        [image] = _upstream(preprocessing.load_minimax_h3_images, str(path))
+    except OSError as error:  # Pillow: truncated or corrupt data
+        raise VerifyInputError(f"reference {path}: cannot decode the image ({error})") from None
+    _upstream(preprocessing.resolve_minimax_h3_reference_image_shape, image)
+
+
+def _check_video(path: Path, index: int) -> None:
+    from vllm_omni.model_executor.models.minimax_h3 import reference_video
+
+    meta = _upstream(_ffprobed, path, reference_video._probe_video)
+    validate = reference_video._validate_reference_video_metadata
+    _upstream(validate, meta, index=index, source=str(path))
+
+
+def _check_audio(paths: list[Path]) -> None:
+    from vllm_omni.model_executor.models.minimax_h3 import reference_video
+
+    # One call: upstream also checks the references' 15 s total.
+    _upstream(_ffprobed, [str(p) for p in paths], reference_video.validate_reference_audio_files)
+
+
+def _ffprobed(subject: Any, probe: Callable[[Any], T]) -> T:
+    """`probe(subject)`; ffprobe failing on the file is bad media, said in one line."""
+    try:
+        return probe(str(subject) if isinstance(subject, Path) else subject)
+    except subprocess.CalledProcessError as error:
+        detail = (error.stderr or "").strip().splitlines()
+        why = detail[-1] if detail else f"exit status {error.returncode}"
+        raise VerifyInputError(f"reference {subject}: ffprobe cannot read it ({why})") from None
+
+
+def _have_ffmpeg() -> bool:
+    return shutil.which("ffmpeg") is not None and shutil.which("ffprobe") is not None
+
+
+def _upstream(check: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Upstream's check; its `OmniClientError` (a request it refuses) as our one-line error."""
+    from vllm_omni.errors import OmniClientError
+
+    try:
+        return check(*args, **kwargs)
+    except OmniClientError as error:
+        raise VerifyInputError(str(error)) from None
+
+
+def _prenoise(check: Callable[..., T], *args: Any) -> T:
+    """One of prenoise's own checks (they raise a one-line `ValueError`)."""
+    try:
+        return check(*args)
+    except ValueError as error:
+        raise VerifyInputError(str(error)) from None
+
+
+# -- reference files ----------------------------------------------------------------------------
+
+
+def resolve_reference_paths(raw_paths: Sequence[str | Path]) -> tuple[Path, ...]:
+    """Absolute paths of existing, readable regular files (a clear error before any work)."""
+    resolved = []
+    for raw in raw_paths:
+        path = Path(raw).expanduser()
+        if path.is_dir():
+            raise VerifyInputError(f"reference {raw}: is a directory, not a media file")
+        if not path.is_file():
+            raise VerifyInputError(f"reference {raw}: no such file")
+        try:
+            with path.open("rb"):
+                pass
+        except OSError as error:
+            raise VerifyInputError(f"reference {raw}: cannot read it ({error.strerror})") from None
+        resolved.append(path.resolve())
+    return tuple(resolved)
+
+
+@dataclass(frozen=True)
+class _Streams:
+    """The kinds of stream PyAV found in a container (their first frame decodes)."""
+
+    video: bool
+    audio: bool
+
+
+def reference_kind(path: Path) -> ReferenceKind:
+    """`image`, `video` or `audio`, from the file's content (its name is never looked at).
+
+    An image in one of upstream's formats (Pillow) is an image; otherwise a container with a
+    video stream (PyAV; cover art does not count) is a video, one with audio streams only is an
+    audio reference; any other picture Pillow reads is an image (upstream's loader then names
+    its format in its refusal). Anything else is refused.
+    """
+    image_format = _image_format(path)
+    if image_format in _upstream_image_formats():
+        return "image"
+    streams = _media_streams(path)
+    if streams is not None and streams.video:
+        return "video"
+    if streams is not None and streams.audio:
+        return "audio"
+    if image_format is not None:
+        return "image"
+    raise VerifyInputError(
+        f"reference {path}: not an image, video or audio file (neither Pillow nor PyAV can read it)"
+    )
+
+
+def _upstream_image_formats() -> frozenset[str]:
+    from vllm_omni.model_executor.models.minimax_h3 import preprocessing
+
+    return frozenset(preprocessing.MINIMAX_H3_REFERENCE_IMAGE_FORMATS)
+
+
+def _image_format(path: Path) -> str | None:
+    """Pillow's name for the file's image format (lower case), or None if it is no image."""
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(path) as image:
+            return str(image.format or "").lower() or None
+    except (UnidentifiedImageError, OSError, ValueError):
+        return None
+
+
+def _media_streams(path: Path) -> _Streams | None:
+    """The video/audio streams PyAV can open and decode a first frame of; None if none."""
+    try:
+        import av
+    except ImportError:
+        raise VerifyInputError(
+            f"reference {path}: typing a video or audio reference needs PyAV (pip install av)"
+        ) from None
+    try:
+        container = av.open(str(path))
+    except (av.FFmpegError, OSError, ValueError, UnicodeDecodeError):
+        return None
+    with container:
+        format_name = str(container.format.name)
+        if format_name in _IMAGE_DEMUXERS or format_name.endswith(_IMAGE_DEMUXER_SUFFIX):
+            return None  # a single picture (or a name that looks like one): Pillow's to read
+        pictures = av.stream.Disposition.attached_pic
+        video = [s for s in container.streams.video if not s.disposition & pictures]
+        audio = list(container.streams.audio)
+        kind = "video" if video else "audio"
+        stream = (video or audio or [None])[0]
+        if stream is None:
+            return None
+        try:
+            next(container.decode(stream))
+        except (av.FFmpegError, StopIteration) as error:
+            why = "no frames" if isinstance(error, StopIteration) else str(error)
+            raise VerifyInputError(
+                f"reference {path}: a {kind} file whose first frame cannot be decoded ({why})"
+            ) from None
+    return _Streams(video=bool(video), audio=bool(audio))

@@ -175,6 +175,8 @@ class HostSharedNoise:
         batch.thread.start()
 
     def _run(self, batch: _Batch) -> None:
+        # Runs while the request thread encodes; every stream draws from its own fresh generator
+        # (`Stream.generator`), never the global RNG the request thread may draw from.
         stage = f"{batch.seed}"
         try:
             self._map(batch)

@@ -291,6 +291,8 @@ class Ref2VAPipeline:
             seed, geo.T, geo.h, geo.w, geo.audio_t, noise_stream=stream
         )
         with PreparationExecutor(name="ref2va-prep", tracer=tracer, cancel=cancel) as prep:
+            # Each stream draws from a fresh generator made inside its job (`Stream.generator`),
+            # never the global RNG: what this thread draws while encoding cannot reorder it.
             # The draws poll the executor's event: set by `cancel`, or when the block exits early.
             stop = prep.cancel_event
             cond_jobs = [

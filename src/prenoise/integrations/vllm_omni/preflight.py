@@ -51,9 +51,10 @@ ReferenceKind = Literal["image", "video", "audio"]
 
 T = TypeVar("T")
 
-# PyAV opens a single picture too, through these demuxers (`image2` by the file name alone, even
-# for a text file): such a file is an image or nothing, and Pillow decides which.
-_IMAGE_DEMUXERS = ("image2", "image2pipe")
+# PyAV opens pictures too, through these demuxers (`image2` by the file name alone, even for a
+# text file; `gif`, `apng`: animated pictures): such a file is an image or nothing, and Pillow
+# decides which.
+_IMAGE_DEMUXERS = ("image2", "image2pipe", "gif", "apng")
 _IMAGE_DEMUXER_SUFFIX = "_pipe"
 
 
@@ -288,7 +289,7 @@ def _media_streams(path: Path) -> _Streams | None:
     with container:
         format_name = str(container.format.name)
         if format_name in _IMAGE_DEMUXERS or format_name.endswith(_IMAGE_DEMUXER_SUFFIX):
-            return None  # a single picture (or a name that looks like one): Pillow's to read
+            return None  # a picture (or a name that looks like one): Pillow's to read
         pictures = av.stream.Disposition.attached_pic
         video = [s for s in container.streams.video if not s.disposition & pictures]
         audio = list(container.streams.audio)

@@ -30,20 +30,21 @@ exit status:
   1   not verified: a field differs, a value could not be compared, or the plugin-on arm did not
       prepare ahead (the JSON's not_prepared_reasons says why: request not eligible, a
       prediction mismatch, ...); the JSON report is written
-  2   bad input, refused before the pipeline runs and nothing written: a request upstream's own
-      validation refuses (its message, unchanged: duration outside [4, 15] s, references under
-      256 px or outside [2, 15] s, codecs other than H.264/H.265, too many outputs or
-      references), a reference that is not media (typed by content, not by name), a seed
-      outside 0..2^64-1, a canvas over 768x1344 pixels, an unwritable --json, an unknown
-      PRENOISE_VLLM_OMNI* value, or PRENOISE_VLLM_OMNI=0 (the plugin is off: nothing to verify)
+  2   bad input, refused before the pipeline runs (what only upstream's media preparation sees,
+      during it) and nothing written: a request upstream's own validation refuses (its message,
+      unchanged: duration outside [4, 15] s, references under 256 px or outside [2, 15] s,
+      codecs other than H.264/H.265, too many outputs or references), a reference that is not
+      media (typed by content, not by name), a seed outside 0..2^64-1, a canvas over 768x1344
+      pixels, an unwritable --json, an unknown PRENOISE_VLLM_OMNI* value, or
+      PRENOISE_VLLM_OMNI=0 (the plugin is off: nothing to verify)
   70  internal error (please report it)"""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The command's options (defaults: a 4 s 256x256 request on a synthetic image reference)."""
     parser.description = (
-        "Run upstream's MiniMaxH3Pipeline.forward with tiny stand-in components twice, prenoise "
-        "off then on, and compare every noise field and everything _build_denoise_inputs "
+        "Run upstream's MiniMaxH3Pipeline.forward with tiny stand-in components twice, prenoise\n"
+        "off then on, and compare every noise field and everything _build_denoise_inputs\n"
         "returns, bitwise."
     )
     parser.epilog = EXIT_STATUS_HELP
@@ -51,7 +52,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=42, help="0..2^64-1 (output i: seed + i)")
     parser.add_argument("--duration", type=float, default=4.0, help="seconds (upstream: 4..15)")
     parser.add_argument(
-        "--width", type=int, default=256, help="output width (upstream floors it to 32s)"
+        "--width",
+        type=int,
+        default=256,
+        help="output width (upstream floors it to a multiple of 32)",
     )
     parser.add_argument(
         "--height",

@@ -133,6 +133,8 @@ class ArmResult:
     only when upstream's mix needs a draw, i.e. `noise_aug` is not 1)."""
     forward_thread: str = ""
     """The thread `forward` ran on (prepared noise must have been drawn on another)."""
+    plugin_enabled: bool = True
+    """`PRENOISE_VLLM_OMNI` as the arm ran (False: the plugin's wrappers passed through)."""
 
     @property
     def rng_unchanged(self) -> bool:
@@ -326,7 +328,9 @@ def _not_prepared_reasons(arm: ArmResult) -> list[str]:
     """For each noise the pipeline consumed in the prepared outputs: drawn ahead on a worker and
     taken by the pipeline, or the reason it was not (the whole request's, if it has one)."""
     if not arm.preparation_opened:
-        return [_why_no_preparation()]
+        if not arm.plugin_enabled:
+            return [f"plugin disabled by {ENABLE_ENV}=0: its forward wrapper ran upstream's code"]
+        return ["the plugin's forward wrapper opened no request preparation"]
     if arm.skipped is not None:
         return [f"request not eligible: {arm.skipped}"]
     seeds = arm.output_seeds
@@ -353,14 +357,12 @@ def _not_prepared_reasons(arm: ArmResult) -> list[str]:
     return reasons
 
 
-def _why_no_preparation() -> str:
+def _plugin_enabled() -> bool:
+    """What the plugin's `forward` wrapper reads (an unknown value fails the arm there)."""
     try:
-        enabled = PluginSettings.from_env().enabled
+        return PluginSettings.from_env().enabled
     except ValueError:
-        enabled = True
-    if not enabled:
-        return f"plugin disabled by {ENABLE_ENV}=0: its forward wrapper ran upstream's code"
-    return "the plugin's forward wrapper opened no request preparation"
+        return True
 
 
 def _prepared_count(arm: ArmResult) -> str:
@@ -391,6 +393,7 @@ class _Probes(contextlib.AbstractContextManager["_Probes"]):
         self.seeds: list[int] = []
         self.request_state: Any = None
         self.forward_thread = threading.current_thread().name
+        self.plugin_enabled = _plugin_enabled()
         self._stack = contextlib.ExitStack()
 
     def on_prepared(self, name: str, seed: int, tensor: torch.Tensor) -> None:
@@ -496,6 +499,7 @@ class _Probes(contextlib.AbstractContextManager["_Probes"]):
             settings=state.settings if state is not None else None,
             consumed=list(self.consumed),
             forward_thread=self.forward_thread,
+            plugin_enabled=self.plugin_enabled,
         )
 
 

@@ -99,9 +99,9 @@ def refused(tmp_path: Path, capsys: pytest.CaptureFixture[str], *argv: str) -> s
             ["--width", "100000", "--height", "100000"],
             "canvas 100000x100000 (10000000000 pixels) is over 1032192 pixels",
         ),
-        (["--seed", "-1"], "seed must be >= 0 (torch aliases seed s < 0 to 2^64 + s), got -1"),
-        (["--seed", str(2**64)], f"seed {2**64} exceeds the generator's seed range"),
-        (["--seed", str(2**64 - 1), "--outputs", "2"], f"seed + outputs - 1 = {2**64}"),
+        (["--seed", str(-(2**63) - 1)], f"seed {-(2**63) - 1} is outside torch's seed range"),
+        (["--seed", str(2**64)], f"seed {2**64} is outside torch's seed range"),
+        (["--seed", str(2**64 - 1), "--outputs", "2"], f"seed + outputs - 1 = {2**64} is outside"),
         (["--steps", "0"], "--steps must be >= 1, got 0"),
     ],
     ids=lambda value: " ".join(value) if isinstance(value, list) else "",
@@ -318,3 +318,15 @@ def test_renamed_image_and_audio_verify(media: Path, image_ref: Path) -> None:
     assert anchor is not None and anchor.shape[0] == 2 * 3 * 40  # 3 s of stereo rows, 40/s
     for name in ("initial_video_noise", "initial_audio_noise", "visual_condition_noise"):
         assert result.on.drawn_on[name].startswith("prenoise-vllm-omni")
+
+
+@pytest.mark.parametrize("seed", [-1, -(2**63)])
+def test_a_negative_seed_upstream_accepts_is_verified(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], seed: int
+) -> None:
+    """Upstream takes any seed torch's manual_seed takes (torch maps s < 0 to 2^64 + s)."""
+    out = tmp_path / "v.json"
+    status = main(["vllm-omni-verify", "--steps", "1", "--seed", str(seed), "--json", str(out)])
+    assert status == 0, capsys.readouterr().out
+    report = json.loads(out.read_text())
+    assert report["verified"] and report["prepared"] and report["equal"]

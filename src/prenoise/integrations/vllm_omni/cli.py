@@ -34,8 +34,8 @@ exit status:
       during it) and nothing written: a request upstream's own validation refuses (its message,
       unchanged: duration outside [4, 15] s, references under 256 px or outside [2, 15] s,
       codecs other than H.264/H.265, too many outputs or references), a reference that is not
-      media (typed by content, not by name), a seed outside 0..2^64-1, a canvas over 768x1344
-      pixels, an unwritable --json, an unknown PRENOISE_VLLM_OMNI* value, or
+      media (typed by content, not by name), a seed outside torch's -2^63..2^64-1, a canvas
+      over 768x1344 pixels, an unwritable --json, an unknown PRENOISE_VLLM_OMNI* value, or
       PRENOISE_VLLM_OMNI=0 (the plugin is off: nothing to verify)
   70  internal error (please report it)"""
 
@@ -49,7 +49,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.epilog = EXIT_STATUS_HELP
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    parser.add_argument("--seed", type=int, default=42, help="0..2^64-1 (output i: seed + i)")
+    parser.add_argument(
+        "--seed", type=int, default=42, help="-2^63..2^64-1, as upstream (output i: seed + i)"
+    )
     parser.add_argument("--duration", type=float, default=4.0, help="seconds (upstream: 4..15)")
     parser.add_argument(
         "--width",

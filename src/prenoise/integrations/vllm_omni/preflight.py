@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from prenoise.cli_args import UsageError
+from prenoise.integrations.vllm_omni.request import TORCH_SEED_MAX, TORCH_SEED_MIN, torch_seed
 from prenoise.integrations.vllm_omni.settings import ENABLE_ENV, PluginSettings, SettingsError
-from prenoise.seeds import check_seed_range
 
 if TYPE_CHECKING:
     from prenoise.integrations.vllm_omni.verification import H3Request
@@ -106,7 +106,7 @@ def check_request(request: H3Request) -> None:
     from vllm_omni.model_executor.models.minimax_h3 import encoder_processing
 
     outputs = _upstream(pipeline._resolve_minimax_h3_num_outputs, request.outputs)
-    _prenoise(check_seed_range, request.seed, outputs)
+    _check_torch_seeds(request.seed, outputs)
     if request.steps < 1:
         raise VerifyInputError(f"--steps must be >= 1, got {request.steps}")
     sampling = request.forward_request().sampling_params
@@ -197,12 +197,19 @@ def _upstream(check: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         raise VerifyInputError(str(error)) from None
 
 
-def _prenoise(check: Callable[..., T], *args: Any) -> T:
-    """One of prenoise's own checks (they raise a one-line `ValueError`)."""
-    try:
-        return check(*args)
-    except ValueError as error:
-        raise VerifyInputError(str(error)) from None
+def _check_torch_seeds(seed: int, outputs: int) -> None:
+    """Refuse what upstream's `manual_seed` raises on for output `i`'s seed `seed + i`.
+
+    Upstream accepts every seed torch takes (negative ones included, which torch maps to
+    `2^64 + s`), so verify does too; `torch_seed` is the plugin's own rule for the same range.
+    """
+    last = seed + outputs - 1
+    for value, what in ((seed, f"seed {seed}"), (last, f"seed + outputs - 1 = {last}")):
+        if torch_seed(value) is None:
+            raise VerifyInputError(
+                f"{what} is outside torch's seed range {TORCH_SEED_MIN}..{TORCH_SEED_MAX} "
+                "(upstream's manual_seed raises for it)"
+            )
 
 
 # -- reference files ----------------------------------------------------------------------------

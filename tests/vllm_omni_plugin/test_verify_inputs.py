@@ -9,6 +9,7 @@ upstream has the check; references typed by content, audio ones included.
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 import subprocess
@@ -21,7 +22,7 @@ from prenoise.cli import main
 from prenoise.integrations.vllm_omni import verification
 from prenoise.integrations.vllm_omni.preflight import VerifyInputError, reference_kind
 from prenoise.integrations.vllm_omni.settings import ENABLE_ENV, MISMATCH_ENV, NEXT_OUTPUT_ENV
-from prenoise.integrations.vllm_omni.standins import synthetic_audio
+from prenoise.integrations.vllm_omni.standins import StandInHooks, synthetic_audio
 from prenoise.integrations.vllm_omni.verification import H3Request, verify_request
 
 
@@ -330,3 +331,28 @@ def test_a_negative_seed_upstream_accepts_is_verified(
     assert status == 0, capsys.readouterr().out
     report = json.loads(out.read_text())
     assert report["verified"] and report["prepared"] and report["equal"]
+
+
+def test_a_mismatch_raised_by_the_plugin_arm_is_not_verified_and_writes_nothing(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    video_ref: Path,
+) -> None:
+    """With PRENOISE_VLLM_OMNI_ON_MISMATCH=raise a missed shape raises in the plugin arm alone:
+    a finding about the plugin (exit 1), not bad input (2) and not a crash (70)."""
+    missed = StandInHooks(video_latent_t_offset=1)  # the encoded video is one latent longer
+    monkeypatch.setattr(
+        verification, "verify_request", functools.partial(verification.verify_request, hooks=missed)
+    )
+    monkeypatch.setenv("PRENOISE_VLLM_OMNI_ON_MISMATCH", "raise")
+    out = tmp_path / "v.json"
+    capsys.readouterr()
+    argv = ["--steps", "1", "--reference", str(video_ref), "--json", str(out)]
+    assert main(["vllm-omni-verify", *argv]) == 1
+    printed = " ".join(capsys.readouterr().out.split())
+    assert printed.startswith(
+        "NOT VERIFIED: the plugin-on arm raised PredictionMismatchError "
+        "(PRENOISE_VLLM_OMNI_ON_MISMATCH=raise), upstream did not:"
+    ), printed
+    assert not out.exists() and list(tmp_path.iterdir()) == []

@@ -16,6 +16,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from prenoise.cli_args import UsageError, check_output_file
+from prenoise.integrations.vllm_omni.settings import MISMATCH_ENV
+from prenoise.prediction import PredictionMismatchError
 
 if TYPE_CHECKING:
     from prenoise.integrations.vllm_omni.verification import H3Request, VerifyResult
@@ -29,7 +31,8 @@ exit status:
       worker thread and taken by the pipeline)
   1   not verified: a field differs, a value could not be compared, or the plugin-on arm did not
       prepare ahead (the JSON's not_prepared_reasons says why: request not eligible, a
-      prediction mismatch, ...); the JSON report is written
+      prediction mismatch, ...); the JSON report is written (none when the plugin-on arm raised
+      PredictionMismatchError under PRENOISE_VLLM_OMNI_ON_MISMATCH=raise: one line says so)
   2   bad input, refused before the pipeline runs (what only upstream's media preparation sees,
       during it) and nothing written: a request upstream's own validation refuses (its message,
       unchanged: duration outside [4, 15] s, references under 256 px or outside [2, 15] s,
@@ -116,8 +119,16 @@ def run(args: argparse.Namespace, console: Console) -> int:
             steps=args.steps,
         )
         check_request(request)
-        with console.status("running MiniMax-H3 with the plugin off, then on…"):
-            result = _verify(request)
+        try:
+            with console.status("running MiniMax-H3 with the plugin off, then on…"):
+                result = _verify(request)
+        except PredictionMismatchError as error:  # the plugin arm raised, as asked: a finding
+            console.print(
+                f"[red]NOT VERIFIED:[/] the plugin-on arm raised PredictionMismatchError "
+                f"({MISMATCH_ENV}=raise), upstream did not: {escape(str(error))}",
+                soft_wrap=True,
+            )
+            return 1
         report = result.to_json()
         out.commit(json.dumps(report, indent=2))
     _print_report(console, result, report)

@@ -20,9 +20,8 @@ import numpy as np
 import pytest
 import torch
 
+from prenoise.integrations.vllm_omni.comparable import TYPE_KEY, ComparableCopy
 from prenoise.integrations.vllm_omni.verification import (
-    TYPE_KEY,
-    ComparableCopy,
     H3Request,
     VerifyResult,
     run_arm,

@@ -87,7 +87,7 @@ def test_host_shared_noise_on_one_rank_equals_serial_draws(predicted: list) -> N
     provider = HostSharedNoise(board(store, 0, 1), [0], 0, "unit", 10.0)
     try:
         provider.start(42, GEO, predicted)
-        noise = provider(42, GEO, SHAPES, NULL_TRACER)
+        noise = provider(42, GEO, SHAPES, "native", NULL_TRACER)
     finally:
         provider.close()
     video, audio = initial_noise_streams(42, GEO.T, GEO.h, GEO.w, GEO.audio_t)

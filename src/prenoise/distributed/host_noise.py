@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from prenoise import kernel
+from prenoise import kernel, noise_streams
 from prenoise.distributed.shm import (
     SharedSegment,
     create_segment,
@@ -73,11 +73,18 @@ def assign_streams(numels: list[int], n_ranks: int) -> list[int]:
 
 
 def plan_jobs(
-    seed: int, geo: RequestGeometry, shapes: list[LatentShape], n_ranks: int
+    seed: int,
+    geo: RequestGeometry,
+    shapes: list[LatentShape],
+    n_ranks: int,
+    noise_stream: str = noise_streams.NATIVE,
 ) -> tuple[list[StreamJob], dict[str, tuple[int, ...] | None]]:
-    """The jobs of one output and each field's full shape (None: no visual conditions)."""
-    video, audio = initial_noise_streams(seed, geo.T, geo.h, geo.w, geo.audio_t)
-    conds = condition_streams(seed, geo.T, shapes)
+    """The jobs of one output in `noise_stream`, and each field's full shape (None: no visual
+    conditions)."""
+    video, audio = initial_noise_streams(
+        seed, geo.T, geo.h, geo.w, geo.audio_t, noise_stream=noise_stream
+    )
+    conds = condition_streams(seed, geo.T, shapes, noise_stream=noise_stream)
     streams = [video, audio, *conds]
     owners = assign_streams([s.numel for s in streams], n_ranks)
     jobs = [StreamJob(video, FIELDS[0], 0, owners[0]), StreamJob(audio, FIELDS[1], 0, owners[1])]
@@ -96,7 +103,8 @@ def plan_jobs(
 
 
 def draw_into(stream: Stream, out: torch.Tensor) -> None:
-    """Write `run_stream(stream)`'s single result into the contiguous `out`, bit-for-bit.
+    """Write `run_stream(stream)`'s single result into the contiguous `out`, bit-for-bit, in the
+    stream's own noise stream (`stream.noise_stream`; None is native).
 
     A draw without keep or layout is filled in place; a `Patchify` draw is drawn into a private
     buffer and its kept, permuted view is copied straight into `out` (one copy, no intermediate);
@@ -107,10 +115,12 @@ def draw_into(stream: Stream, out: torch.Tensor) -> None:
     draw = stream.draws[0]
     if tuple(out.shape) != draw.output_shape or out.dtype != draw.dtype:
         raise ValueError(f"stream {stream.name!r}: output {tuple(out.shape)} {out.dtype}")
+    chosen = stream.noise_stream or noise_streams.NATIVE
     if draw.keep is None and draw.layout is None and draw.draw_dtype == draw.dtype:
-        fill_normal_(out.view(draw.shape), stream.generator())
+        fill_normal_(out.view(draw.shape), stream.generator(), noise_stream=chosen)
     elif isinstance(draw.layout, Patchify) and draw.draw_dtype == draw.dtype:
-        full = fill_normal_(kernel.empty(draw.shape, dtype=draw.dtype), stream.generator())
+        full = kernel.empty(draw.shape, dtype=draw.dtype)
+        fill_normal_(full, stream.generator(), noise_stream=chosen)
         kept = full if draw.keep is None else full[tuple(slice(0, k) for k in draw.keep)]
         draw.layout.apply_into(kept, out)
     else:
@@ -123,6 +133,7 @@ class _Batch:
 
     seed: int
     shapes: list[LatentShape]
+    noise_stream: str
     jobs: list[StreamJob]
     field_shapes: dict[str, tuple[int, ...] | None]
     paths: dict[str, str] = field(default_factory=dict)
@@ -162,12 +173,18 @@ class HostSharedNoise:
         self._known_paths: list[str] = []
 
     # -- background side -------------------------------------------------------------------------
-    def start(self, seed: int, geo: RequestGeometry, shapes: list[LatentShape]) -> None:
-        """Begin the shared draws of output `seed` on a background thread."""
+    def start(
+        self,
+        seed: int,
+        geo: RequestGeometry,
+        shapes: list[LatentShape],
+        noise_stream: str = noise_streams.NATIVE,
+    ) -> None:
+        """Begin the shared draws of output `seed`, in `noise_stream`, on a background thread."""
         if seed in self.batches:
             raise RuntimeError(f"host-shared draws of seed {seed} already started")
-        jobs, field_shapes = plan_jobs(seed, geo, list(shapes), len(self.host_ranks))
-        batch = _Batch(seed, list(shapes), jobs, field_shapes)
+        jobs, field_shapes = plan_jobs(seed, geo, list(shapes), len(self.host_ranks), noise_stream)
+        batch = _Batch(seed, list(shapes), noise_stream, jobs, field_shapes)
         self.batches[seed] = batch
         batch.thread = threading.Thread(
             target=self._run, args=(batch,), name=f"host-noise-{seed}", daemon=True
@@ -224,15 +241,26 @@ class HostSharedNoise:
 
     # -- request side ----------------------------------------------------------------------------
     def __call__(
-        self, seed: int, geo: RequestGeometry, shapes: list[LatentShape], tracer: Tracer
+        self,
+        seed: int,
+        geo: RequestGeometry,
+        shapes: list[LatentShape],
+        noise_stream: str,
+        tracer: Tracer,
     ) -> NoiseFields:
-        """The output's noise, bitwise equal to the serial draw (see the class docstring)."""
+        """The output's noise in `noise_stream`, bitwise equal to the serial draw in it (see the
+        class docstring)."""
         shapes = list(shapes)
         if seed not in self.batches:
-            self.start(seed, geo, shapes)
+            self.start(seed, geo, shapes, noise_stream)
         else:
             self.started_ahead.add(seed)
         batch = self.batches.pop(seed)
+        if batch.noise_stream != noise_stream:  # started for another request's stream: a bug
+            raise RuntimeError(
+                f"host-shared draws of seed {seed} were started in noise stream "
+                f"{batch.noise_stream!r}, the request draws {noise_stream!r}"
+            )
         with tracer.span("wait:host_shared_noise", Category.WAIT):
             self._take(batch)
         fields = {
@@ -244,7 +272,8 @@ class HostSharedNoise:
             # on every rank, so the ranks still agree), keep the shared video and audio
             self.fallbacks.append(f"seed {seed}: predicted {batch.shapes}, encoded {shapes}")
             with tracer.span("draw:visual_condition_noise", Category.NOISE):
-                parts = [run_stream(s)[s.name] for s in condition_streams(seed, geo.T, shapes)]
+                streams = condition_streams(seed, geo.T, shapes, noise_stream=noise_stream)
+                parts = [run_stream(s)[s.name] for s in streams]
                 cond = None if not parts else parts[0] if len(parts) == 1 else torch.cat(parts)
         video, audio = fields[FIELDS[0]], fields[FIELDS[1]]
         assert video is not None and audio is not None

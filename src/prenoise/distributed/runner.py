@@ -117,7 +117,10 @@ class DistributedRef2VA:
                 )
                 if arm == "overlapped":  # draws overlap encoding, from the broadcast prediction
                     provider.start(
-                        request.seeds[0], request.geometry, list(request.predicted_shapes)
+                        request.seeds[0],
+                        request.geometry,
+                        list(request.predicted_shapes),
+                        recipe.noise_stream,
                     )
                 pipeline = Ref2VAPipeline(self.models, device="cpu", noise_source=provider)
                 outputs, _ = pipeline.prepare_outputs(

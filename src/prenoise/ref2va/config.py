@@ -149,10 +149,6 @@ class Recipe(BaseModel):
                     f"noise_stream {self.noise_stream!r} is refused on this host: "
                     f"{status.float32_error}"
                 )
-            if self.parallel is not None:
-                raise ValueError(
-                    "noise_stream other than 'native' is not supported with parallel runs yet"
-                )
         if self.tau_audio != 1.0:
             raise ValueError(
                 f"tau_audio must be 1.0 (got {self.tau_audio}): the Ref2VA contract defines no "

@@ -56,8 +56,10 @@ __all__ = [
 Arm = Literal["serial", "overlapped"]
 ARMS: tuple[Arm, ...] = ("serial", "overlapped")
 
-NoiseSource = Callable[[int, RequestGeometry, list[tuple[int, int, int]], Tracer], NoiseFields]
-"""`(seed, geometry, encoded visual shapes, tracer) -> NoiseFields`; replaces the serial draw."""
+NoiseSource = Callable[[int, RequestGeometry, list[tuple[int, int, int]], str, Tracer], NoiseFields]
+"""`(seed, geometry, encoded visual shapes, noise stream, tracer) -> NoiseFields`; replaces the
+serial draw, and must equal it bit for bit in that noise stream (the recipe's `noise_stream`: a
+source is handed it on every call, so no source can draw another stream by leaving it out)."""
 
 
 @dataclass
@@ -254,7 +256,9 @@ class Ref2VAPipeline:
         cancel: CancelEvent | None = None,
     ) -> NoiseFields:
         if self.noise_source is not None:
-            return self.noise_source(seed, geo, conditioning.visual_shapes, tracer)
+            return self.noise_source(
+                seed, geo, conditioning.visual_shapes, recipe.noise_stream, tracer
+            )
         stream = recipe.noise_stream
         video, audio = initial_noise_streams(
             seed, geo.T, geo.h, geo.w, geo.audio_t, noise_stream=stream

@@ -23,6 +23,7 @@ __all__ = [
     "at_least",
     "check_output_dir",
     "check_output_file",
+    "check_outputs_are_not_inputs",
     "check_request_outputs",
     "generate_out_path",
     "port",
@@ -116,14 +117,51 @@ def generate_out_path(args: argparse.Namespace, recipe: Recipe) -> Path:
 
 def check_request_outputs(args: argparse.Namespace, recipe: Recipe) -> None:
     """Check every path a `generate`/`verify`/`bench` run will write (one process or torchrun):
-    each output MP4 of `generate`, `--json` and `--trace-dir`."""
+    each output MP4 of `generate`, `--json` and `--trace-dir`. No output may be one of the
+    run's inputs (the recipe, a reference, a checkpoint file) or another output."""
     from prenoise.ref2va.pipeline import output_path
 
+    outputs: list[tuple[str, Path]] = []
     if args.command == "generate":
         out = generate_out_path(args, recipe)
+        option = "--out" if args.out else "output_dir"
         for index in range(recipe.outputs):
-            check_output_file(output_path(out, index), "--out" if args.out else "output_dir")
+            outputs.append((option, check_output_file(output_path(out, index), option)))
     if getattr(args, "json", None):
-        check_output_file(args.json, "--json")
+        outputs.append(("--json", check_output_file(args.json, "--json")))
     if getattr(args, "trace_dir", None):
         check_output_dir(args.trace_dir, "--trace-dir")
+    inputs = [("--recipe", Path(args.recipe))] if getattr(args, "recipe", None) else []
+    inputs += [("reference", Path(spec.path)) for spec in recipe.references]
+    if recipe.checkpoint is not None and Path(recipe.checkpoint).is_dir():
+        inputs += [("checkpoint", p) for p in sorted(Path(recipe.checkpoint).iterdir())]
+    check_outputs_are_not_inputs(outputs, inputs)
+
+
+def check_outputs_are_not_inputs(
+    outputs: list[tuple[str, Path]], inputs: list[tuple[str, Path]]
+) -> None:
+    """Refuse (`UsageError`) an output that is an input, or the same file as another output.
+
+    Two paths are the same file when both exist and `os.path.samefile` says so (symlinks and
+    hard links included), or when they resolve to the same absolute path.
+    """
+    seen: list[tuple[str, Path]] = []
+    for option, path in outputs:
+        for other_option, other in [*inputs, *seen]:
+            if _same_file(path, other):
+                role = "input" if (other_option, other) in inputs else "output"
+                raise UsageError(
+                    f"{option} {path}: is the {role} {other_option} {other}; "
+                    f"writing it would overwrite the {role}"
+                )
+        seen.append((option, path))
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        if a.exists() and b.exists():
+            return os.path.samefile(a, b)
+        return a.resolve() == b.resolve()
+    except OSError:  # a path that cannot even be resolved is refused by its own check
+        return False

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from prenoise.devices import check_device
 from prenoise.noise_streams import NoiseStreamError, stream_status
@@ -84,6 +84,10 @@ class ParallelConfig(BaseModel):
     timeout_s: float = Field(default=300.0, gt=0)
 
 
+MAX_NAME_SUFFIX = 9999
+"""The longest output-index suffix checked when a name must fit a file name (`NAME-9999.mp4`)."""
+
+
 class Recipe(BaseModel):
     """One Ref2VA request: prompt, references, length, size, seed, sampling and outputs.
 
@@ -117,6 +121,24 @@ class Recipe(BaseModel):
     checkpoint: Path | None = None
     parallel: ParallelConfig | None = None
     limits: Limits = Limits()
+
+    @field_validator("name")
+    @classmethod
+    def _plain_file_name(cls, name: str) -> str:
+        """`name` names the outputs (`OUTPUT_DIR/NAME.mp4`, `NAME-1.mp4`, …): one plain file
+        name, so every output stays in `output_dir`."""
+        if name in ("", ".", "..") or any(c in name for c in "/\\\0"):
+            raise ValueError(
+                f"{name!r} is not a plain file name (no '/', '\\', NUL, '.' or '..'): it names "
+                "OUTPUT_DIR/NAME.mp4"
+            )
+        longest = f"{name}-{MAX_NAME_SUFFIX}.mp4"
+        if len(os.fsencode(longest)) > 255:
+            raise ValueError(
+                f"{len(os.fsencode(name))} bytes is too long: NAME-{MAX_NAME_SUFFIX}.mp4 must "
+                "fit in a 255-byte file name"
+            )
+        return name
 
     @model_validator(mode="after")
     def _check(self) -> Recipe:

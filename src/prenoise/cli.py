@@ -127,13 +127,38 @@ def _counts(text: str) -> list[int]:
     return counts
 
 
+def _byte_size(text: str) -> int:
+    """`--memory-budget`: a byte count such as `8GiB`, `500MB` or `1048576`."""
+    from pydantic import ByteSize, TypeAdapter, ValidationError
+
+    try:
+        return int(TypeAdapter(ByteSize).validate_python(text))
+    except ValidationError:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 8GiB)") from None
+
+
+def _is_same_file(a: str, b: str) -> bool:
+    """Whether two paths name one file: same inode when both exist (hard and symbolic links
+    included), else the same path once symlinks and `..` are resolved."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return os.path.realpath(a) == os.path.realpath(b)
+
+
 def _cmd_compare(args: argparse.Namespace) -> int:
-    from prenoise.verify import compare, load_saved
+    from prenoise.verify import compare, load_saved, require_inputs_fit
 
     if args.json:
+        for given in (args.a, args.b):
+            if _is_same_file(args.json, given):  # the report would overwrite what it describes
+                raise UsageError(f"--json {args.json}: is the input {given}; choose another path")
         check_output_file(args.json, "--json")
+    # Before anything is inflated: both files' declared contents must fit the budget.
+    require_inputs_fit((args.a, args.b), args.memory_budget)
     # Exit status: 0 equal, 1 different, 2 cannot compare (UncomparableError, a user error).
-    report = compare(load_saved(args.a), load_saved(args.b))
+    a = load_saved(args.a, args.memory_budget)
+    report = compare(a, load_saved(args.b, args.memory_budget))
     if args.json:
         Path(args.json).write_text(report.to_json(indent=2))
     console.print(report.summary())
@@ -452,7 +477,14 @@ def build_parser() -> argparse.ArgumentParser:
     cmp_ = sub.add_parser("compare", help="bitwise-compare two torch.save files")
     cmp_.add_argument("a")
     cmp_.add_argument("b")
-    cmp_.add_argument("--json", help="write the per-field report here")
+    cmp_.add_argument("--json", help="write the per-field report here (not an input)")
+    cmp_.add_argument(
+        "--memory-budget",
+        type=_byte_size,
+        metavar="SIZE",
+        help="refuse inputs whose uncompressed contents together exceed SIZE, e.g. 8GiB "
+        "(default: the memory available)",
+    )
     cmp_.set_defaults(func=_cmd_compare)
 
     from prenoise.integrations.vllm_omni.cli import add_arguments as add_vllm_omni_arguments

@@ -9,6 +9,12 @@ copy of `src/`, `tests/` and `pyproject.toml` whose `[tool.mutmut]` names that m
 tests (`MODULES` below). mutmut's state stays in that tree, so a module can be resumed, and one
 module's configuration never resets another's results. Results are written to
 `build/mutation/<module>/results.txt` (`mutmut results --all true`) and summarised on stdout.
+
+The run fails (exit 1), naming the module and the mutants, when mutmut itself fails (a non-zero
+exit, e.g. 1 when the unmutated tests fail or 137 when it was killed), when its results list no
+mutant, or when a mutant that no test detected is not explained in `EXPLAINED`
+(`scripts/mutation_explained.txt`: lines of `module mutant-name why`). A missing mutmut is one
+line and exit 2.
 """
 
 from __future__ import annotations
@@ -17,14 +23,19 @@ import argparse
 import collections
 import dataclasses
 import glob
+import os
 import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD = ROOT / "build" / "mutation"
+EXPLAINED = ROOT / "scripts" / "mutation_explained.txt"
+DETECTED = frozenset({"killed", "timeout", "segfault", "caught by type check"})
+"""mutmut statuses that mean a test noticed the mutant; every other one needs an explanation."""
 
 _DRAW_TESTS = [
     "tests/test_draws*.py",
@@ -134,44 +145,117 @@ def _prepare(module: str) -> Path:
     return tree
 
 
-def run(module: str, max_children: int) -> collections.Counter[str]:
-    tree = _prepare(module)
+class MutmutMissing(Exception):
+    """mutmut is not installed in the venv a module runs in."""
+
+
+def run(module: str, max_children: int) -> list[str]:
+    """Run mutmut on `module`; returns the problems found (empty: every mutant accounted for)."""
     mutmut = ROOT / MODULES[module].venv / "bin" / "mutmut"
+    if not mutmut.is_file():
+        raise MutmutMissing(
+            f"mutmut not found at {mutmut}; install it ({MODULES[module].venv}/bin/python -m pip "
+            "install mutmut==3.8.1, as `make mutation` does)"
+        )
+    tree = _prepare(module)
     print(f"== {module}: {tree}", flush=True)
-    subprocess.run(
+    ran = subprocess.run(
         [str(mutmut), "run", "--max-children", str(max_children)],
         cwd=tree,
         check=False,
         stdout=subprocess.DEVNULL,
     )
-    results = subprocess.run(
+    if ran.returncode != 0:
+        return [f"{module}: `mutmut run` failed ({_exit_reason(ran.returncode)}); see {tree}"]
+    listed = subprocess.run(
         [str(mutmut), "results", "--all", "true"],
         cwd=tree,
         capture_output=True,
         text=True,
         check=False,
-    ).stdout
-    (tree / "results.txt").write_text(results)
-    counts = collections.Counter(
-        m.group(2) for line in results.splitlines() if (m := _STATUS.match(line))
     )
-    print(f"   {module}: {dict(counts)}", flush=True)
-    return counts
+    if listed.returncode != 0:
+        return [f"{module}: `mutmut results` failed ({_exit_reason(listed.returncode)})"]
+    (tree / "results.txt").write_text(listed.stdout)
+    statuses = parse_results(listed.stdout)
+    print(f"   {module}: {dict(collections.Counter(statuses.values()))}", flush=True)
+    return judge(module, statuses, load_explained().get(module, {}))
 
 
-def main() -> int:
+def _exit_reason(code: int) -> str:
+    """`exit 137, killed by signal 9`: a shell's 128 + n and subprocess's -n both name a signal."""
+    signal = -code if code < 0 else code - 128 if code > 128 else None
+    return f"exit {code}" + (f", killed by signal {signal}" if signal else "")
+
+
+def parse_results(text: str) -> dict[str, str]:
+    """`mutmut results --all true` lines (`    name: status`) as {mutant name: status}."""
+    return {m.group(1): m.group(2) for line in text.splitlines() if (m := _STATUS.match(line))}
+
+
+def load_explained(path: Path | None = None) -> dict[str, dict[str, str]]:
+    """{module: {mutant name: why it cannot be detected}} from `module name why...` lines.
+
+    Blank lines and `#` comments are skipped; a missing file explains nothing. A line without a
+    reason raises `ValueError` naming it: an explanation must say why.
+    """
+    path = path or EXPLAINED
+    explained: dict[str, dict[str, str]] = {}
+    if not path.exists():
+        return explained
+    for number, line in enumerate(path.read_text().splitlines(), start=1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        parts = line.split(None, 2)
+        if len(parts) < 3:
+            raise ValueError(f"{path.name}:{number}: expected `module mutant-name why`: {line!r}")
+        module, name, why = parts
+        explained.setdefault(module, {})[name] = why
+    return explained
+
+
+def judge(module: str, statuses: Mapping[str, str], explained: Mapping[str, str]) -> list[str]:
+    """The problems of one module's results: none listed, or undetected mutants not explained."""
+    if not statuses:
+        return [f"{module}: mutmut listed no mutants; nothing was checked"]
+    unexplained = sorted(
+        (name, status)
+        for name, status in statuses.items()
+        if status not in DETECTED and name not in explained
+    )
+    return [f"{module}: {status} and not explained: {name}" for name, status in unexplained]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the modules; 0 when every mutant is detected or explained, 1 otherwise, 2 when
+    mutmut is missing."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "modules", nargs="*", default=["all"], help=f"any of {', '.join(MODULES)} (default: all)"
     )
     parser.add_argument("--max-children", type=int, default=2)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     modules = list(MODULES) if args.modules in (["all"], []) else args.modules
     unknown = [m for m in modules if m not in MODULES]
     if unknown:
         parser.error(f"unknown module(s) {unknown}; choose from {list(MODULES)}")
+    problems: list[str] = []
     for module in modules:
-        run(module, args.max_children)
+        try:
+            problems += run(module, args.max_children)
+        except MutmutMissing as missing:
+            print(f"error: {missing}", file=sys.stderr)
+            return 2
+    for problem in problems:
+        print(f"FAIL {problem}", file=sys.stderr)
+    if problems:
+        print(
+            f"mutation check failed: {len(problems)} problem(s) in "
+            f"{', '.join(sorted({p.split(':', 1)[0] for p in problems}))}; kill each survivor "
+            f"with a test or explain it in {os.path.relpath(EXPLAINED, ROOT)}",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 

@@ -38,6 +38,7 @@ from prenoise.budget import BudgetExceededError, format_bytes, require_fits
 from prenoise.cancel import CancelEvent, raise_if_cancelled
 from prenoise.layouts import Layout
 from prenoise.seeds import check_seed_range
+from prenoise.sizes import exact_int, exact_ints
 
 __all__ = [
     "CANCEL_CHUNK_ELEMS",
@@ -118,6 +119,9 @@ class Draw:
     generator advances exactly as the serial code's) and `full[:keep[0], :keep[1], ...]` is kept
     (the "dependent noise" policy). `layout` then rearranges the kept values (e.g. `Patchify`).
     The result is contiguous; values equal the serial code's bit-for-bit.
+
+    `shape` and `keep` take integers only (Python or numpy ints; not bools, floats or strings):
+    anything else raises `TypeError` naming the field, rather than drawing a coerced size.
     """
 
     name: str
@@ -128,13 +132,13 @@ class Draw:
     half_rule: HalfDrawRule = HalfDrawRule.FLOAT32_THEN_CAST
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "shape", tuple(int(s) for s in self.shape))
+        object.__setattr__(self, "shape", exact_ints(self.shape, f"draw {self.name!r}: shape"))
         if any(s < 0 for s in self.shape):
             raise ValueError(f"draw {self.name!r}: negative size in shape {self.shape}")
         if self.dtype not in _FLOAT_DTYPES:
             raise ValueError(f"draw {self.name!r}: dtype {self.dtype} is not a floating dtype")
         if self.keep is not None:
-            keep = tuple(int(k) for k in self.keep)
+            keep = exact_ints(self.keep, f"draw {self.name!r}: keep")
             object.__setattr__(self, "keep", keep)
             if len(keep) > len(self.shape) or any(
                 not 0 < k <= s for k, s in zip(keep, self.shape, strict=False)
@@ -297,6 +301,8 @@ class NoisePlan:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "streams", tuple(self.streams))
+        if self.max_bytes is not None:
+            object.__setattr__(self, "max_bytes", exact_int(self.max_bytes, "max_bytes"))
         noise_streams.check_stream_name(self.noise_stream)
         for stream in self.streams:
             if stream.noise_stream not in (None, self.noise_stream):
@@ -367,8 +373,9 @@ def chunk_bounds(numel: int, chunk_elems: int) -> Iterator[tuple[int, int]]:
     """Flat `[start, stop)` chunks that keep a chunked fill bit-identical to a one-shot fill.
 
     Every chunk but the last has `chunk_elems` elements (a positive multiple of 16); a last chunk
-    shorter than 16 is merged into the one before it.
+    shorter than 16 is merged into the one before it. Both arguments must be ints (`TypeError`).
     """
+    numel, chunk_elems = exact_int(numel, "numel"), exact_int(chunk_elems, "chunk_elems")
     if chunk_elems <= 0 or chunk_elems % VECTOR_BLOCK:
         raise ValueError(f"chunk_elems must be a positive multiple of 16, got {chunk_elems}")
     starts = list(range(0, numel, chunk_elems))
@@ -459,12 +466,7 @@ def run_draw(
     if draw.native_half:
         if out is not None:
             raise ValueError(f"draw {draw.name!r}: a native half draw cannot fill a buffer")
-        if native:
-            full = torch.randn(draw.shape, dtype=draw.dtype, generator=generator)
-        else:
-            full = noise_streams.randn(
-                draw.shape, generator=generator, stream=noise_stream, dtype=draw.dtype
-            )
+        full = _native_half(draw, generator, chunk_elems, cancel, noise_stream)
     elif (
         draw.keep is not None
         and out is None
@@ -499,6 +501,31 @@ def run_draw(
     if draw.keep is not None:
         kept = full[tuple(slice(0, k) for k in draw.keep)]
     return _finish(draw, kept)
+
+
+def _native_half(
+    draw: Draw,
+    generator: torch.Generator,
+    chunk_elems: int | None,
+    cancel: CancelEvent | None,
+    noise_stream: str,
+) -> torch.Tensor:
+    """`torch.randn(draw.shape, dtype=half)` in `noise_stream`, polling `cancel` between chunks.
+
+    `torch.randn` is `empty` + `normal_`, and a half `normal_` fills whole 16-blocks (a ragged
+    last block is a fresh block over the last 16 slots), so the chunked fill of `fill_normal_`
+    is the same draw. The scalar path (numel < 16) is left to torch in one call, as before.
+    """
+    if draw.takes_scalar_path or (cancel is None and chunk_elems is None):
+        if noise_stream == noise_streams.NATIVE:
+            return torch.randn(draw.shape, dtype=draw.dtype, generator=generator)
+        return noise_streams.randn(
+            draw.shape, generator=generator, stream=noise_stream, dtype=draw.dtype
+        )
+    full = kernel.empty(draw.shape, dtype=draw.dtype)
+    return fill_normal_(
+        full, generator, chunk_elems=chunk_elems, cancel=cancel, noise_stream=noise_stream
+    )
 
 
 def _finish(draw: Draw, kept: torch.Tensor) -> torch.Tensor:

@@ -52,7 +52,8 @@ _instance_ids = itertools.count()
 
 
 class PreparationStateError(RuntimeError):
-    """The executor was used out of order (unknown name, second take, use after exit)."""
+    """The executor was used out of order (unknown name, second take, use after exit, or a
+    `take` from inside a job that would wait forever for a job queued behind it)."""
 
 
 @dataclass(frozen=True)
@@ -67,8 +68,18 @@ class _Job:
     name: str
     predicted: Hashable
     generators: tuple[torch.Generator, ...]
+    lane: int
     future: Future[Any] = field(init=False)
     start_states: list[torch.Tensor] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class _Wait:
+    """A worker lane blocked in `take`: the job it awaits (a lane runs one job at a time)."""
+
+    name: str
+    lane: int
+    future: Future[Any]
 
 
 class PreparationExecutor:
@@ -111,6 +122,10 @@ class PreparationExecutor:
         self._rng_before: RNGSnapshot | None = None
         self._open = False
         self._lock = threading.Lock()
+        # The job the current thread runs, when it is one of this executor's workers.
+        self._running = threading.local()
+        # lane -> the job that lane's worker waits for in `take` (a wait-for graph of lanes).
+        self._waits: dict[int, _Wait] = {}
         self._exiting = threading.Event()
         self._cancel_event = any_of(self._exiting, cancel)
 
@@ -187,7 +202,7 @@ class PreparationExecutor:
             if name in self._jobs or name in self._taken or name in self._cancelled:
                 raise PreparationStateError(f"{name!r} was already submitted to {self.name!r}")
             lane = self._lane_for(name, tuple(generators))
-            job = _Job(name, predicted, tuple(generators))
+            job = _Job(name, predicted, tuple(generators), lane)
             job.future = self._lanes[lane].submit(self._run, job, work)
             self._jobs[name] = job
         return Prepared(name)
@@ -210,8 +225,40 @@ class PreparationExecutor:
 
     def _run(self, job: _Job, work: Callable[[], T]) -> T:
         job.start_states = [g.get_state() for g in job.generators]
-        with self.tracer.span(job.name, Category.PREPARE):
-            return work()
+        self._running.job = job
+        try:
+            with self.tracer.span(job.name, Category.PREPARE):
+                return work()
+        finally:
+            self._running.job = None
+
+    def _deadlock(self, awaited: str, job: _Job) -> str | None:
+        """Why waiting for `job` from this thread would block forever, or None.
+
+        Call with the lock held. Only a worker of this executor can deadlock it: its lane runs one
+        job at a time, so a job queued on the lane it occupies never starts while it waits. The
+        same holds through other lanes whose workers are themselves blocked in `take` on jobs
+        that are not done (a cycle of waits). A done job never blocks, so a finished wait that is
+        still registered cannot make this report a deadlock that is not one.
+        """
+        current: _Job | None = getattr(self._running, "job", None)
+        if current is None:
+            return None
+        chain = [f"{awaited!r} (lane {job.lane})"]
+        lane, future = job.lane, job.future
+        seen: set[int] = set()
+        while not future.done():
+            if lane == current.lane:
+                return " -> ".join(chain)
+            if lane in seen:
+                return None  # a cycle that does not pass through this lane: not ours to report
+            seen.add(lane)
+            wait = self._waits.get(lane)
+            if wait is None:
+                return None  # that lane's worker is free to reach the awaited job
+            chain.append(f"{wait.name!r} (lane {wait.lane})")
+            lane, future = wait.lane, wait.future
+        return None
 
     def take(
         self,
@@ -234,14 +281,17 @@ class PreparationExecutor:
                 f"take({name!r}) after executor {self.name!r} exited; results are released at exit"
             )
         with self._lock:
-            job = self._jobs.pop(name, None)
+            job = self._jobs.get(name)
             if job is None:
                 if name in self._taken:
                     raise PreparationStateError(f"{name!r} was already taken from {self.name!r}")
                 if name in self._cancelled:
                     raise PreparationStateError(f"{name!r} was cancelled before it ran")
                 raise PreparationStateError(f"{name!r} was never submitted to {self.name!r}")
+            self._refuse_deadlock(name, job)  # before the pop: the job stays takeable
+            del self._jobs[name]
             self._taken.add(name)
+            waiter = self._register_wait(name, job)
         future = job.future
         del job.future  # an exception's traceback keeps `job` alive: it must not pin the result
         with self.tracer.span(f"wait:{name}", Category.WAIT):
@@ -265,6 +315,7 @@ class PreparationExecutor:
                 raise
             finally:
                 del future
+                self._unregister_wait(waiter)
         if job.predicted is None:
             return result
         if actual is _UNSET:
@@ -297,6 +348,32 @@ class PreparationExecutor:
         self.prediction_events.append(event)
         with self.tracer.span(f"recompute:{name}", Category.NOISE):
             return recompute()
+
+    def _refuse_deadlock(self, name: str, job: _Job) -> None:
+        """Raise `PreparationStateError` if this `take` could never return (lock held)."""
+        chain = self._deadlock(name, job)
+        if chain is None:
+            return
+        current: _Job = self._running.job
+        raise PreparationStateError(
+            f"take({name!r}) inside job {current.name!r} (worker lane {current.lane} of "
+            f"{self.name!r}) would wait forever: it needs {chain}, which cannot start until "
+            f"{current.name!r} returns. Take results on the thread that opened the executor and "
+            "pass them to later work, or do the dependent work inside this job"
+        )
+
+    def _register_wait(self, name: str, job: _Job) -> int | None:
+        """Record that this worker's lane waits for `job` (lock held); returns the lane."""
+        current: _Job | None = getattr(self._running, "job", None)
+        if current is None:
+            return None
+        self._waits[current.lane] = _Wait(name, job.lane, job.future)
+        return current.lane
+
+    def _unregister_wait(self, lane: int | None) -> None:
+        if lane is not None:
+            with self._lock:
+                self._waits.pop(lane, None)
 
     def cancel_pending(self) -> list[str]:
         """Cancel jobs that have not started; returns their names (they can no longer be taken)."""

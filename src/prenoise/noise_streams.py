@@ -47,6 +47,7 @@ from typing import Any
 import torch
 
 from prenoise import kernel
+from prenoise.cancel import CancelEvent
 from prenoise.env import env_choice
 
 __all__ = [
@@ -389,25 +390,56 @@ def _torch_digest(case: dict[str, Any]) -> str:
     return hashlib.sha256(b"".join(p.numpy().tobytes() for p in parts)).hexdigest()
 
 
-def stream_digest(stream: str, seed: int, counts: Sequence[int], dtype: str) -> str:
+def stream_digest(
+    stream: str,
+    seed: int,
+    counts: Sequence[int],
+    dtype: str,
+    *,
+    cancel: CancelEvent | None = None,
+    chunk_elems: int | None = None,
+) -> str:
     """sha256 (hex) of the raw little-endian bytes of ``counts`` draws made one after another on
     ``Generator().manual_seed(seed)`` in ``stream`` — what ``prenoise stream-digest`` prints and
-    ``stream_dump`` (the C core alone, e.g. an emulated aarch64 build) reproduces."""
+    ``stream_dump`` (the C core alone, e.g. an emulated aarch64 build) reproduces.
+
+    Each draw is filled and hashed in flat chunks of ``chunk_elems`` (default
+    ``prenoise.draws.CANCEL_CHUNK_ELEMS``; see ``prenoise.draws.chunk_bounds``) in one reused
+    buffer: the same bytes as one draw per count, in bounded memory. Between chunks the run
+    returns to Python, so Ctrl-C (and SIGTERM's handler) lands within one chunk, and
+    ``Cancelled`` is raised once ``cancel`` is set. ``counts`` are ints >= 16.
+    """
     from prenoise.budget import require_fits
+    from prenoise.cancel import raise_if_cancelled
+    from prenoise.draws import CANCEL_CHUNK_ELEMS, chunk_bounds
     from prenoise.seeds import check_seed_range
+    from prenoise.sizes import exact_int
 
     check_stream_name(stream)
     if dtype not in _DTYPES:
         raise ValueError(f"dtype {dtype!r} not one of {', '.join(_DTYPES)}")
-    if not counts or any(n < _MIN for n in counts):
+    sizes = [exact_int(n, "count") for n in counts]
+    if not sizes or any(n < _MIN for n in sizes):
         raise ValueError(f"every count must be >= {_MIN} (torch's vector path), got {counts}")
     check_seed_range(seed)
+    chunk = CANCEL_CHUNK_ELEMS if chunk_elems is None else exact_int(chunk_elems, "chunk_elems")
     torch_dtype = _DTYPES[dtype]
     itemsize = torch.empty((), dtype=torch_dtype).element_size()
-    require_fits(2 * max(counts) * max(itemsize, 4), f"a draw of {max(counts)} values", fix="")
+    # chunk_bounds merges a ragged remainder (< 16) into the last chunk: at most chunk + 15.
+    longest = min(max(sizes), chunk + _MIN - 1)
+    require_fits(2 * longest * max(itemsize, 4), f"a draw of {longest} values", fix="")
+    buffer = kernel.empty((longest,), dtype=torch_dtype)
     g = torch.Generator().manual_seed(seed)
     digest = hashlib.sha256()
-    for n in counts:
-        values = randn(n, generator=g, stream=stream, dtype=torch_dtype)
-        digest.update(values.view(torch.uint8).numpy().tobytes())
+    for n in sizes:
+        for start, stop in chunk_bounds(n, chunk):
+            raise_if_cancelled(cancel, "stream digest")
+            values = randn(
+                stop - start,
+                generator=g,
+                stream=stream,
+                dtype=torch_dtype,
+                out=buffer[: stop - start],
+            )
+            digest.update(values.view(torch.uint8).numpy().data)  # hashed in place, not copied
     return digest.hexdigest()

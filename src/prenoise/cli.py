@@ -379,7 +379,12 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         output_dir=output_dir.resolve(),
         media_root=media_root,
         prepare_ahead=args.prepare_ahead,
-        limits=ServeLimits(max_upload_bytes=args.max_upload_mb * 2**20),
+        limits=ServeLimits(
+            max_upload_bytes=args.max_upload_mb * 2**20,
+            max_queued=args.max_queued,
+            max_queued_upload_bytes=args.max_queued_upload_mb * 2**20,
+        ),
+        body_idle_timeout_s=args.body_idle_timeout,
     )
     with console.status("loading models…"):
         app = create_app(settings)
@@ -470,6 +475,22 @@ def build_parser() -> argparse.ArgumentParser:
         help="queued requests prepared (media + noise) during the current denoise",
     )
     serve.add_argument("--max-upload-mb", type=at_least(1), default=64, help="request body limit")
+    serve.add_argument(
+        "--max-queued", type=at_least(1), default=32, help="queued requests (more: 429)"
+    )
+    serve.add_argument(
+        "--max-queued-upload-mb",
+        type=at_least(1),
+        default=256,
+        help="upload bytes held for queued and running requests (more: 429)",
+    )
+    serve.add_argument(
+        "--body-idle-timeout",
+        type=at_least(1),
+        default=30,
+        metavar="S",
+        help="seconds a request body may send nothing before it is refused (408)",
+    )
     serve.add_argument("--log-level", type=str.lower, choices=LOG_LEVELS, default="info")
     add_limit_arguments(serve)
     serve.set_defaults(func=_cmd_serve)
@@ -564,10 +585,11 @@ def _nothing_to_restore() -> None:
 def _run(args: argparse.Namespace) -> int:
     """Check the environment and the command's extras, then run the command."""
     from prenoise import kernel
-    from prenoise.env import env_choice
+    from prenoise.env import check_environment, env_choice
 
     env_choice(DEBUG_ENV_VAR, ("0", "1"), "0")  # an unknown value is a user error
     kernel.check_environment()
+    check_environment()  # every PRENOISE_* variable, so a bad value never waits for first use
     _require_extras(args)
     func = args.func
     if args.command in ("generate", "verify", "bench") and _world_size() > 1:

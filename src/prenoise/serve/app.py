@@ -5,15 +5,18 @@
   invalid input (non-finite numbers, JSON nested too deeply, sizes above the limits or the
   memory budget, references above the media caps) → 422 `{"error", "field"}` with `field`
   naming the offending field; oversized body → 413; malformed multipart → 400; unsupported
-  content type → 415. Content types match case-insensitively.
+  content type → 415; a body that stalls for `body_idle_timeout_s` → 408; the queue or the
+  upload space full (`admission`) → 429 with `Retry-After` and `limit`, `retry_after_s` in the
+  body. Content types match case-insensitively.
 - `GET /v1/videos/{id}`: `Job.view()` (state, progress `i/N`, timings, error).
 - `GET /v1/videos/{id}/content?output=k`: the finished MP4 (409 while not done, 410 when the
-  file is no longer on disk).
+  job was deleted or the file is no longer on disk; see `content` for racing a DELETE).
 - `DELETE /v1/videos/{id}`: queued → cancelled at once (200); running → stops at its next step
   boundary (202); finished → record and files removed (200, state `deleted`).
 - `GET /health`, `GET /metrics` (Prometheus text format).
 
-Every error response, whatever its status (400, 404, 409, 410, 413, 415, 422, 500), has the body
+Every error response, whatever its status (400, 404, 408, 409, 410, 413, 415, 422, 429, 500), has
+the body
 `{"error": message, "field": name or null}`; refused requests count as `rejected` and internal
 errors as `error` in `prenoise_requests_total`.
 """
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
@@ -31,7 +35,7 @@ from typing import Any
 from anyio import to_thread
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import FileResponse, JSONResponse, Response
+from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile
@@ -39,10 +43,18 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from prenoise.ref2va.pipeline import Ref2VAPipeline
+from prenoise.serve import content
+from prenoise.serve.admission import Refused
 from prenoise.serve.jobs import TERMINAL, JobState
 from prenoise.serve.schema import RequestRejected, build_recipe, parse_request
 from prenoise.serve.service import ServeSettings, Service
-from prenoise.serve.uploads import BodySizeLimit, BodyTooLarge, save_uploads
+from prenoise.serve.uploads import (
+    BodyIdle,
+    BodyIdleTimeout,
+    BodySizeLimit,
+    BodyTooLarge,
+    save_uploads,
+)
 
 __all__ = ["InternalErrors", "create_app"]
 
@@ -109,6 +121,7 @@ def create_app(settings: ServeSettings, pipeline: Ref2VAPipeline | None = None) 
     app.add_middleware(
         BodySizeLimit, max_bytes=settings.limits.max_upload_bytes, on_reject=service.reject
     )
+    app.add_middleware(BodyIdleTimeout, timeout_s=settings.body_idle_timeout_s)
     app.add_middleware(InternalErrors, on_error=service.internal_error)
 
     @app.exception_handler(HTTPException)
@@ -131,6 +144,24 @@ def create_app(settings: ServeSettings, pipeline: Ref2VAPipeline | None = None) 
         service.reject()
         return _error(413, f"body: {exc}", "body")
 
+    @app.exception_handler(BodyIdle)
+    async def _idle(_request: Request, exc: BodyIdle) -> JSONResponse:
+        service.reject()
+        # The rest of the body may never come: close the connection rather than wait for it.
+        return _error(408, f"body: {exc}", "body", headers={"Connection": "close"})
+
+    @app.exception_handler(Refused)
+    async def _full(_request: Request, exc: Refused) -> JSONResponse:
+        service.reject()
+        retry = exc.retry_after_s
+        return _error(
+            429,
+            str(exc),
+            headers={"Retry-After": str(retry)},
+            limit=exc.limit,
+            retry_after_s=retry,
+        )
+
     @app.exception_handler(RequestRejected)
     async def _rejected(_request: Request, exc: RequestRejected) -> JSONResponse:
         service.reject()
@@ -140,21 +171,25 @@ def create_app(settings: ServeSettings, pipeline: Ref2VAPipeline | None = None) 
     async def create_video(request: Request) -> JSONResponse:
         job_id = service.new_job_id()
         folder = service.upload_dir(job_id)
-        try:
-            data, uploads = await _read_body(request, service, folder)
-            req = parse_request(data)
-            recipe = await run_in_threadpool(
-                build_recipe,
-                settings.recipe,
-                req,
-                media_root=settings.media_root,
-                uploads=uploads,
-                limits=settings.limits,
-            )
-            job = service.submit(job_id, recipe, folder if uploads else None)
-        except BaseException:
-            shutil.rmtree(folder, ignore_errors=True)
-            raise
+        with service.admission.admit(_declared_length(request)) as ticket:
+            # The body is read through the ticket: its bytes are charged as they arrive.
+            request = Request(request.scope, ticket.counting(request.receive))
+            try:
+                data, uploads = await _read_body(request, service, folder)
+                req = parse_request(data)
+                recipe = await run_in_threadpool(
+                    build_recipe,
+                    settings.recipe,
+                    req,
+                    media_root=settings.media_root,
+                    uploads=uploads,
+                    limits=settings.limits,
+                )
+                held = ticket.charged if uploads else 0
+                job = service.submit(job_id, recipe, folder if uploads else None, held)
+            except BaseException:
+                shutil.rmtree(folder, ignore_errors=True)
+                raise
         url = f"/v1/videos/{job.id}"
         return JSONResponse(
             {"id": job.id, "state": job.state.value, "status_url": url},
@@ -175,17 +210,24 @@ def create_app(settings: ServeSettings, pipeline: Ref2VAPipeline | None = None) 
         job = service.store.get(job_id)
         if job is None:
             return _error(404, f"no job {job_id!r}")
-        with service.store.lock:
-            state, paths = job.state, list(job.paths)
+        with service.store.lock:  # `deleted` is set under this lock before any file goes
+            state, paths, deleted = job.state, list(job.paths), job.deleted
+        if deleted:
+            return _error(410, f"job {job_id} was deleted")
         if state is not JobState.DONE:
             return _error(409, f"job {job_id} is {state.value}, not done", state=state.value)
         if not 0 <= output < len(paths):
             return _error(404, f"output: job {job_id} has outputs 0..{len(paths) - 1}", "output")
-        if not paths[output].is_file():
+        try:
+            file = await run_in_threadpool(content.open_output, paths[output])
+        except FileNotFoundError:  # deleted since the snapshot, or removed from disk
             return _error(
                 410, f"output: output {output} of job {job_id} is gone from disk", "output"
             )
-        return FileResponse(paths[output], media_type="video/mp4", filename=paths[output].name)
+        size = os.fstat(file.fileno()).st_size
+        return content.OpenFileResponse(
+            file, size=size, filename=paths[output].name, media_type="video/mp4"
+        )
 
     @app.delete("/v1/videos/{job_id}")
     async def delete_video(job_id: str) -> JSONResponse:
@@ -250,6 +292,12 @@ async def _read_body(request: Request, service: Service, folder: Path) -> tuple[
         raise RequestRejected("body", f"unsupported content type {content_type!r}", status=415)
     body = await request.body()
     return _decode_json(body or b"{}", "body"), []
+
+
+def _declared_length(request: Request) -> int | None:
+    """The body's `Content-Length`, when it gives one (charged before any byte is read)."""
+    declared = request.headers.get("content-length", "")
+    return int(declared) if declared.isdigit() else None
 
 
 def _decode_json(raw: str | bytes, field: str) -> Any:

@@ -74,6 +74,10 @@ class Job:
     error: str | None = None
     paths: list[Path] = field(default_factory=list)
     upload_dir: Path | None = None
+    upload_bytes: int = 0
+    """Body bytes of the request that saved `upload_dir`: held until the uploads are removed."""
+    deleted: bool = False
+    """Set (under the store's lock) when the job is removed or evicted, before its files go."""
     prediction_fallbacks: int = 0
     cancel_requested: threading.Event = field(default_factory=threading.Event)
 
@@ -125,6 +129,11 @@ class JobStore:
         with self.lock:
             return self._jobs.get(job_id)
 
+    def upload_bytes_held(self) -> int:
+        """Upload bytes of the jobs whose upload folder still exists (admission's bound)."""
+        with self.lock:
+            return sum(job.upload_bytes for job in self._jobs.values() if job.upload_dir)
+
     def __len__(self) -> int:
         with self.lock:
             return len(self._jobs)
@@ -158,6 +167,7 @@ class JobStore:
                 return None
             del self._jobs[job_id]
             self._finished.pop(job_id, None)
+            job.deleted = True
         delete_files(job)
         return job
 
@@ -166,6 +176,7 @@ class JobStore:
             old_id, _ = self._finished.popitem(last=False)
             old = self._jobs.pop(old_id, None)
             if old is not None:
+                old.deleted = True
                 delete_files(old)
 
 

@@ -64,6 +64,10 @@ class ServeLimits:
     max_references: int = 8
     max_upload_bytes: int = 64 * 2**20
     """Whole request body (JSON or multipart, all uploads together), in bytes."""
+    max_queued: int = 32
+    """Requests waiting for the executor, those still arriving included (more: HTTP 429)."""
+    max_queued_upload_bytes: int = 256 * 2**20
+    """Upload bytes held at once: bodies arriving plus uploads of unfinished jobs (more: 429)."""
 
 
 class ReferenceIn(BaseModel):

@@ -7,11 +7,13 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from prenoise.env import check_environment
 from prenoise.ref2va.cli_options import load_models
 from prenoise.ref2va.conditioning import validate_references
 from prenoise.ref2va.config import Recipe
 from prenoise.ref2va.pipeline import Ref2VAPipeline
-from prenoise.serve.jobs import Job, JobState, JobStore
+from prenoise.serve.admission import Admission
+from prenoise.serve.jobs import Job, JobState, JobStore, remove_uploads
 from prenoise.serve.metrics import KernelBackend, ServeMetrics, kernel_backend
 from prenoise.serve.scheduler import Scheduler
 from prenoise.serve.schema import ServeLimits
@@ -36,12 +38,17 @@ class ServeSettings:
     max_finished: int = 256
     io_threads: int = 4
     """Threads the HTTP layer may use for blocking work (validation, file I/O): AnyIO's pool."""
+    body_idle_timeout_s: float = 30.0
+    """A request body that sends nothing for this long is answered 408 and released."""
+    retry_after_s: int = 5
+    """The `Retry-After` of a request refused because the queue or the upload space is full."""
 
 
 class Service:
     """Builds the pipeline (unless given) and wires the store, scheduler and metrics."""
 
     def __init__(self, settings: ServeSettings, pipeline: Ref2VAPipeline | None = None) -> None:
+        check_environment()  # a bad PRENOISE_* value stops start-up, never reaches a request
         recipe = settings.recipe
         validate_references(recipe.references, recipe.limits)  # the defaults must be usable
         self.settings = settings
@@ -57,6 +64,13 @@ class Service:
             prepare_ahead=settings.prepare_ahead,
         )
         self.upload_root = settings.output_dir / ".uploads"
+        self.admission = Admission(
+            max_queued=settings.limits.max_queued,
+            max_held_bytes=settings.limits.max_queued_upload_bytes,
+            queued=lambda: self.scheduler.queue_depth,
+            held=self.store.upload_bytes_held,
+            retry_after_s=settings.retry_after_s,
+        )
 
     def start(self) -> None:
         """Sweep uploads an earlier process left (no job owns them yet); start the executor."""
@@ -77,13 +91,17 @@ class Service:
         """The private upload folder of job `job_id`."""
         return self.upload_root / job_id
 
-    def submit(self, job_id: str, recipe: Recipe, upload_dir: Path | None) -> Job:
-        """Register and queue a validated request."""
-        job = Job(recipe=recipe, id=job_id, upload_dir=upload_dir)
+    def submit(
+        self, job_id: str, recipe: Recipe, upload_dir: Path | None, upload_bytes: int = 0
+    ) -> Job:
+        """Register and queue a validated request; `upload_bytes` stay counted against
+        `max_queued_upload_bytes` until the job's uploads are removed."""
+        job = Job(recipe=recipe, id=job_id, upload_dir=upload_dir, upload_bytes=upload_bytes)
         self.store.add(job)
         try:
             self.scheduler.submit(job)
         except RuntimeError:
+            remove_uploads(job)
             self.store.transition(job, JobState.CANCELLED, error="service shutting down")
             raise
         return job

@@ -1,24 +1,29 @@
-"""Request bodies: a hard size limit on POST bodies and saving uploaded reference files.
+"""Request bodies: a size limit, an idle timeout, and saving uploaded reference files.
 
 `BodySizeLimit` (ASGI middleware) answers 413 before reading when `Content-Length` exceeds the
 limit and raises `BodyTooLarge` as soon as the bytes actually received do (chunked bodies
-included), so an oversized upload is never read to the end. `save_uploads` copies uploaded
-files into a job's private folder under server-chosen names (`paths.safe_upload_name`).
+included), so an oversized upload is never read to the end. `BodyIdleTimeout` (ASGI
+middleware) raises `BodyIdle` when a request body, once started, sends nothing for
+`timeout_s` (uvicorn times out idle keep-alive connections, not a body that stops halfway),
+so a stalled upload is answered (408) and released instead of held open. `save_uploads` copies
+uploaded files into a job's private folder under server-chosen names (`paths.safe_upload_name`).
 """
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
+from anyio import fail_after
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from prenoise.serve.paths import safe_upload_name
 
-__all__ = ["BodySizeLimit", "BodyTooLarge", "save_uploads"]
+__all__ = ["BodyIdle", "BodyIdleTimeout", "BodySizeLimit", "BodyTooLarge", "save_uploads"]
 
 
 class BodyTooLarge(ValueError):
@@ -65,6 +70,45 @@ class BodySizeLimit:
             return message
 
         await self.app(scope, limited_receive, send)
+
+
+class BodyIdle(TimeoutError):
+    """A request body sent nothing for the configured idle timeout."""
+
+    def __init__(self, timeout_s: float) -> None:
+        super().__init__(f"no data for {timeout_s:g} s while receiving the request body")
+        self.timeout_s = timeout_s
+
+
+class BodyIdleTimeout:
+    """ASGI middleware: every wait for the next body chunk is bounded by `timeout_s`."""
+
+    def __init__(self, app: ASGIApp, timeout_s: float) -> None:
+        if not (timeout_s > 0 and math.isfinite(timeout_s)):
+            raise ValueError(f"timeout_s must be a positive number of seconds, got {timeout_s}")
+        self.app = app
+        self.timeout_s = timeout_s
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        timeout_s = self.timeout_s
+        body_done = False
+
+        async def bounded_receive() -> Message:
+            nonlocal body_done
+            if body_done:  # later calls wait for a disconnect (streaming): not bounded
+                return await receive()
+            try:
+                with fail_after(timeout_s):
+                    message = await receive()
+            except TimeoutError:
+                raise BodyIdle(timeout_s) from None
+            body_done = message["type"] != "http.request" or not message.get("more_body", False)
+            return message
+
+        await self.app(scope, bounded_receive, send)
 
 
 async def _send_413(send: Send, limit: int) -> None:

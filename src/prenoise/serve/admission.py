@@ -1,0 +1,130 @@
+"""Admission of `POST /v1/videos`: a bound on queued requests and on the upload bytes held.
+
+A request takes a slot when it arrives, before its body is read: the slots in use are the jobs
+waiting in the queue plus the requests still being received or validated, so many concurrent
+uploads cannot all pass a check made before any of them is queued. Its body bytes are charged
+as they stream in (the declared `Content-Length` up front), against every byte held for
+uploads: those still being received plus those saved for jobs not yet finished
+(`JobStore.upload_bytes_held`). Over either bound the request is refused with `Refused`
+(HTTP 429 + `Retry-After`) at once, so a refused upload stops being read and nothing of it
+reaches `.uploads`.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from starlette.types import Message, Receive
+
+__all__ = ["Admission", "Refused", "Ticket"]
+
+
+class Refused(Exception):
+    """The service is full; `limit` names the bound (`max_queued`, `max_queued_upload_bytes`)."""
+
+    def __init__(self, limit: str, message: str, retry_after_s: int) -> None:
+        super().__init__(message)
+        self.limit = limit
+        self.retry_after_s = retry_after_s
+
+
+class Ticket:
+    """One admitted request: its slot and the body bytes charged to it so far."""
+
+    def __init__(self, admission: Admission) -> None:
+        self._admission = admission
+        self.charged = 0
+
+    def charge_to(self, total: int) -> None:
+        """Charge the request `total` body bytes (never less than already charged)."""
+        if total > self.charged:
+            self._admission._charge(self, total)
+
+    def counting(self, receive: Receive) -> Receive:
+        """`receive`, charging each body chunk before the app sees it."""
+        received = 0
+
+        async def counted() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                self.charge_to(received)
+            return message
+
+        return counted
+
+
+class Admission:
+    """The two bounds, shared by every request of one service (thread-safe).
+
+    `queued()` gives the jobs waiting in the queue and `held()` the upload bytes kept for jobs
+    that have not finished; both are read under this object's lock, which is taken first.
+    """
+
+    def __init__(
+        self,
+        *,
+        max_queued: int,
+        max_held_bytes: int,
+        queued: Callable[[], int],
+        held: Callable[[], int],
+        retry_after_s: int,
+    ) -> None:
+        self.max_queued = max_queued
+        self.max_held_bytes = max_held_bytes
+        self.retry_after_s = retry_after_s
+        self._queued = queued
+        self._held = held
+        self._lock = threading.Lock()
+        self._in_flight = 0
+        self._in_flight_bytes = 0
+
+    @property
+    def in_flight(self) -> tuple[int, int]:
+        """Requests being received or validated, and the body bytes charged to them."""
+        with self._lock:
+            return self._in_flight, self._in_flight_bytes
+
+    @contextmanager
+    def admit(self, declared_bytes: int | None = None) -> Iterator[Ticket]:
+        """Take a slot (or raise `Refused`); the slot and its bytes are given back at exit.
+
+        A request that became a job hands its upload bytes over to the job before exiting
+        (`Job.upload_bytes`), so they stay counted until its uploads are removed.
+        """
+        ticket = Ticket(self)
+        with self._lock:
+            waiting = self._queued() + self._in_flight
+            if waiting >= self.max_queued:
+                raise Refused(
+                    "max_queued",
+                    f"queue full: {waiting} requests queued or arriving "
+                    f"(--max-queued {self.max_queued}); retry later",
+                    self.retry_after_s,
+                )
+            self._in_flight += 1
+        try:
+            if declared_bytes:
+                ticket.charge_to(declared_bytes)
+            yield ticket
+        finally:
+            with self._lock:
+                self._in_flight -= 1
+                self._in_flight_bytes -= ticket.charged
+
+    def _charge(self, ticket: Ticket, total: int) -> None:
+        with self._lock:
+            held = self._held() + self._in_flight_bytes
+            if held - ticket.charged + total > self.max_held_bytes:
+                raise Refused(
+                    "max_queued_upload_bytes",
+                    f"upload space full: {held} bytes held for queued uploads, this request "
+                    f"needs {total} (--max-queued-upload-mb "
+                    f"{self.max_held_bytes / 2**20:g}); retry later",
+                    self.retry_after_s,
+                )
+            self._in_flight_bytes += total - ticket.charged
+            ticket.charged = total

@@ -20,6 +20,7 @@ from prenoise.cli_args import (
     check_output_dir,
     check_output_file,
     check_request_outputs,
+    finite_between,
     generate_out_path,
     port,
     seed,
@@ -413,7 +414,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser("demo", help="prepare noise during a stand-in encode and verify it")
     demo.add_argument("--seed", type=seed, default=42)
-    demo.add_argument("--encode-seconds", type=float, default=0.6)
+    demo.add_argument(
+        "--encode-seconds",
+        type=finite_between(0.0, 60.0),
+        default=0.6,
+        help="seconds the stand-in encoder holds the request thread (0..60; default 0.6)",
+    )
     demo.set_defaults(func=_cmd_demo)
 
     from prenoise.ref2va.cli_options import add_request_arguments

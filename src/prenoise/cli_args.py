@@ -7,6 +7,7 @@ output-path checks refuse, up front, a destination the run could only fail to wr
 from __future__ import annotations
 
 import argparse
+import math
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -25,6 +26,7 @@ __all__ = [
     "check_output_file",
     "check_outputs_are_not_inputs",
     "check_request_outputs",
+    "finite_between",
     "generate_out_path",
     "port",
     "seed",
@@ -48,6 +50,22 @@ def at_least(minimum: int) -> Callable[[str], int]:
         return value
 
     parse.__name__ = f"integer >= {minimum}"  # argparse names the type in its messages
+    return parse
+
+
+def finite_between(low: float, high: float) -> Callable[[str], float]:
+    """An argparse type: a finite float in `[low, high]` (inf, nan and 1e308 are refused)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if not (math.isfinite(value) and low <= value <= high):
+            raise argparse.ArgumentTypeError(f"must be a number in [{low:g}, {high:g}], got {text}")
+        return value
+
+    parse.__name__ = f"number in [{low:g}, {high:g}]"
     return parse
 
 

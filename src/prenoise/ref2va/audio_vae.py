@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from torch import nn
 
 from prenoise.ref2va import geometry
 from prenoise.ref2va.initialization import build_on_meta, materialize_
+
+MAX_SAMPLE_RATE = 192_000
+"""The highest waveform rate a config may give (Hz): studio audio's; a larger one is a typo."""
 
 
 class AudioVAEConfig(BaseModel):
@@ -16,9 +19,16 @@ class AudioVAEConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    sample_rate: int = Field(default=16000, ge=400)
+    sample_rate: int = Field(default=16000, ge=400, le=MAX_SAMPLE_RATE)
     hidden: int = Field(default=128, ge=4)
     features: int = Field(default=geometry.AUDIO_FEATURES, ge=1)
+
+    @field_validator("sample_rate")
+    @classmethod
+    def _whole_latent_frames(cls, sample_rate: int) -> int:
+        if sample_rate % geometry.AUDIO_RATE_HZ:
+            raise ValueError(f"must be a multiple of {geometry.AUDIO_RATE_HZ} Hz (the latent rate)")
+        return sample_rate
 
     @property
     def hop(self) -> int:

@@ -84,6 +84,11 @@ class ParallelConfig(BaseModel):
     timeout_s: float = Field(default=300.0, gt=0)
 
 
+SHIFT_MIN, SHIFT_MAX = 0.01, 100.0
+"""Where the sigma shift `shift·s / (1 + (shift − 1)·s)` is defined in float32 for every `s` in
+[0, 1] with room to spare (1e308 overflowed to inf/inf, 1e-30 gave 0/0: NaN, found only by the
+MP4 encoder after the whole run). Defaults: 12 (video) and 3 (audio)."""
+
 MAX_NAME_SUFFIX = 9999
 """The longest output-index suffix checked when a name must fit a file name (`NAME-9999.mp4`)."""
 
@@ -110,8 +115,8 @@ class Recipe(BaseModel):
     seed: int = 42
     noise_stream: Literal["native", "x86", "libm"] = "native"
     steps: int = Field(default=50, ge=1)
-    shift_video: float = Field(default=12.0, gt=0)
-    shift_audio: float = Field(default=3.0, gt=0)
+    shift_video: float = Field(default=12.0, ge=SHIFT_MIN, le=SHIFT_MAX)
+    shift_audio: float = Field(default=3.0, ge=SHIFT_MIN, le=SHIFT_MAX)
     outputs: int = Field(default=1, ge=1)
     output_dir: Path = Path("outputs")
     tau_visual: float = Field(default=0.999, ge=0, le=1)

@@ -9,8 +9,9 @@ generate|verify|bench`, `prenoise serve` admission, `Ref2VAPipeline.prepare`, di
 3. the whole estimate, references included, against the budget.
 
 The budget is `recipe.limits.memory_budget`, or the memory available at the check. The estimate
-is a sum of the big tensors of each phase, at its peak (preparation, denoising, decoding); it
-uses the noise plan's own byte counts (`NoisePlan.peak_nbytes`), so it follows the draws.
+is the models' weights (counted on the meta device, `model_size`) plus the sum of the big
+tensors of the largest phase (preparation, denoising, decoding); it uses the noise plan's own
+byte counts (`NoisePlan.peak_nbytes`), so it follows the draws.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from prenoise.ref2va.geometry import (
     LATENT_CHANNELS,
 )
 from prenoise.ref2va.media import VideoInfo
+from prenoise.ref2va.model_size import model_nbytes
 from prenoise.ref2va.references import reference_frame_count, truncated_frames
 from prenoise.ref2va.video_processor import VideoProcessor
 from prenoise.ref2va_noise import condition_streams, initial_noise_streams
@@ -51,15 +53,19 @@ class RequestEstimate:
     """Rows, velocities and transformer activations of one output."""
     decode: int
     """Final latents, one decoded temporal group and the waveform."""
+    model: int = 0
+    """The models' weights (`model_size.model_nbytes`), resident through every phase."""
 
     @property
     def peak(self) -> int:
-        """The largest phase: preparation (noise + references), denoising or decoding."""
-        return max(self.noise + self.references, self.denoise, self.decode)
+        """The weights plus the largest phase: preparation (noise + references), denoising or
+        decoding."""
+        return self.model + max(self.noise + self.references, self.denoise, self.decode)
 
     def summary(self) -> str:
         """One line: each phase's bytes (phases with none left out)."""
         parts = [
+            ("model", self.model),
             ("noise", self.noise),
             ("references", self.references),
             ("denoise", self.denoise),
@@ -108,6 +114,7 @@ def estimate_request(
         references=kept + decoding,
         denoise=denoise + attention,
         decode=decode,
+        model=model_nbytes(recipe.model),
     )
 
 
@@ -152,7 +159,8 @@ def _size_fix(recipe: Recipe) -> str:
     width, height = recipe.size()
     return (
         f"make the request smaller (width x height, now {width}x{height}; duration/frames, now "
-        f"{recipe.num_frames()} frames) or raise limits.memory_budget (--memory-budget)"
+        f"{recipe.num_frames()} frames; or the model: {format_bytes(model_nbytes(recipe.model))} "
+        "of weights) or raise limits.memory_budget (--memory-budget)"
     )
 
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from torch import nn
 
 from prenoise.ref2va import geometry
@@ -35,6 +35,13 @@ class TransformerConfig(BaseModel):
     num_layers: int = Field(default=2, ge=1)
     num_heads: int = Field(default=4, ge=1)
     mlp_ratio: int = Field(default=4, ge=1)
+
+    @model_validator(mode="after")
+    def _heads_divide_dim(self) -> TransformerConfig:
+        # checked here, with the recipe, not when the model is built after the media work
+        if self.dim % self.num_heads or self.dim % 2:
+            raise ValueError(f"dim {self.dim} must be even and divisible by num_heads")
+        return self
 
 
 def _norm(x: torch.Tensor) -> torch.Tensor:

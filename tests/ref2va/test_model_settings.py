@@ -1,0 +1,126 @@
+"""Model settings and numbers are validated with the recipe, and the models count in the budget.
+
+`audio_vae.sample_rate: 1e9` tried 12.8 GB, `transformer.dim: 1048576` 4 TB, a `num_heads` that
+does not divide `dim` failed after the models were built, and finite but extreme shifts (1e308,
+5e-324, 1e-30) became NaN found only by the MP4 encoder after the whole run. Each is refused up
+front now (exit 2, one line), and `prenoise demo --encode-seconds inf` no longer hangs.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from prenoise.cli import main
+from prenoise.ref2va.config import SHIFT_MAX, SHIFT_MIN, load_recipe
+from prenoise.ref2va.model_size import model_nbytes
+from prenoise.ref2va.models import Ref2VAModels
+from prenoise.ref2va.request_budget import estimate_request
+
+TINY = Path(__file__).with_name("tiny-recipe.yaml")
+
+
+@pytest.fixture()
+def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(TINY, tmp_path / "tiny.yaml")
+    return tmp_path
+
+
+def _one_line(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
+    capsys.readouterr()
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    lines = (captured.out + captured.err).strip().splitlines()
+    assert len(lines) == 1, lines
+    return " ".join(lines[0].split())
+
+
+def _with_model(workdir: Path, **model: dict[str, object]) -> str:
+    data = yaml.safe_load((workdir / "tiny.yaml").read_text())
+    for part, values in model.items():
+        data["model"][part] = {**data["model"].get(part, {}), **values}
+    (workdir / "model.yaml").write_text(yaml.safe_dump(data))
+    return "model.yaml"
+
+
+@pytest.mark.parametrize(
+    ("model", "message"),
+    [
+        (
+            {"audio_vae": {"sample_rate": 1_000_000_000}},
+            "error: model.yaml: model.audio_vae.sample_rate: Input should be less than or equal "
+            "to 192000",
+        ),
+        (
+            {"audio_vae": {"sample_rate": 16020}},
+            "error: model.yaml: model.audio_vae.sample_rate: must be a multiple of 40 Hz",
+        ),
+        (
+            {"transformer": {"dim": 30, "num_heads": 4}},
+            "error: model.yaml: model.transformer: dim 30 must be even and divisible by num_heads",
+        ),
+    ],
+)
+def test_model_settings_are_refused_with_the_recipe(
+    workdir: Path, capsys: pytest.CaptureFixture[str], model: dict, message: str
+) -> None:
+    recipe = _with_model(workdir, **model)
+    assert _one_line(capsys, ["generate", "--recipe", recipe]).startswith(message)
+
+
+def test_a_model_too_big_for_memory_is_refused_by_the_budget(
+    workdir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    recipe = _with_model(workdir, transformer={"dim": 1_048_576, "num_heads": 2})
+    line = _one_line(capsys, ["generate", "--recipe", recipe])
+    assert line.startswith("error: this request (model ") and "TiB of weights" in line, line
+    assert sorted(p.name for p in workdir.iterdir()) == ["model.yaml", "tiny.yaml"]
+
+
+def test_the_model_count_is_what_the_built_models_hold(workdir: Path) -> None:
+    recipe = load_recipe("tiny.yaml")
+    models = Ref2VAModels.default(recipe.model)
+    tensors = {
+        id(t): t
+        for module in (models.text_encoder, models.video_vae, models.audio_vae, models.transformer)
+        for t in (*module.parameters(), *module.buffers())
+    }
+    assert model_nbytes(recipe.model) == sum(t.numel() * t.element_size() for t in tensors.values())
+    estimate = estimate_request(recipe)
+    assert estimate.model == model_nbytes(recipe.model)
+    assert estimate.peak == estimate.model + max(
+        estimate.noise + estimate.references, estimate.denoise, estimate.decode
+    )
+
+
+@pytest.mark.parametrize("option", ["--shift-video", "--shift-audio"])
+@pytest.mark.parametrize("value", ["1e308", "5e-324", "1e-30", "100.5", "0.009"])
+def test_extreme_shifts_are_refused_up_front(
+    workdir: Path, capsys: pytest.CaptureFixture[str], option: str, value: str
+) -> None:
+    line = _one_line(capsys, ["verify", "--recipe", "tiny.yaml", option, value])
+    key = option[2:].replace("-", "_")
+    bound = f"less than or equal to {SHIFT_MAX:g}" if float(value) > 1 else (
+        f"greater than or equal to {SHIFT_MIN:g}"
+    )  # fmt: skip
+    assert line == f"error: tiny.yaml: {key}: Input should be {bound}", line
+
+
+def test_the_shift_bounds_themselves_are_accepted(workdir: Path) -> None:
+    for shift in (SHIFT_MIN, SHIFT_MAX):
+        recipe = load_recipe("tiny.yaml", shift_video=shift, shift_audio=shift)
+        assert (recipe.shift_video, recipe.shift_audio) == (shift, shift)
+
+
+@pytest.mark.parametrize("value", ["inf", "1e308", "-1", "nan", "61"])
+def test_demo_encode_seconds_is_a_finite_bounded_number(
+    capsys: pytest.CaptureFixture[str], value: str
+) -> None:
+    with pytest.raises(SystemExit) as stop:
+        main(["demo", "--encode-seconds", value])
+    assert stop.value.code == 2
+    assert f"--encode-seconds: must be a number in [0, 60], got {value}" in capsys.readouterr().err

@@ -57,7 +57,16 @@ MODULES: dict[str, Module] = {
     "draws": Module(["src/prenoise/draws.py"], [*_DRAW_TESTS, "tests/test_kernel*.py"]),
     "kernel": Module(["src/prenoise/kernel.py"], ["tests/test_kernel*.py", *_DRAW_TESTS]),
     "mixing": Module(["src/prenoise/mixing.py"], ["tests/test_mixing*.py"]),
-    "verify": Module(["src/prenoise/verify.py"], ["tests/test_verify*.py"]),
+    "verify": Module(
+        [
+            "src/prenoise/verify/__init__.py",
+            "src/prenoise/verify/files.py",
+            "src/prenoise/verify/leaves.py",
+            "src/prenoise/verify/reports.py",
+            "src/prenoise/verify/tensors.py",
+        ],
+        ["tests/test_verify*.py"],
+    ),
     "executor": Module(
         ["src/prenoise/executor.py"], ["tests/test_executor*.py", "tests/test_cancel_points.py"]
     ),

@@ -165,3 +165,13 @@ def test_an_explanation_without_a_reason_is_refused(mutation: ModuleType, tmp_pa
 def test_the_committed_explanations_parse(mutation: ModuleType) -> None:
     explained = mutation.load_explained()
     assert set(explained) <= set(mutation.MODULES)
+
+
+def test_every_mutated_file_and_test_pattern_exists(mutation: ModuleType) -> None:
+    """A module whose files moved (verify.py became a package) must not silently mutate nothing."""
+    repo = SCRIPT.parents[1]
+    for name, module in mutation.MODULES.items():
+        for path in module.files:
+            assert (repo / path).is_file(), (name, path)
+        for pattern in module.tests:
+            assert list(repo.glob(pattern)), (name, pattern)

@@ -124,3 +124,15 @@ def test_demo_encode_seconds_is_a_finite_bounded_number(
         main(["demo", "--encode-seconds", value])
     assert stop.value.code == 2
     assert f"--encode-seconds: must be a number in [0, 60], got {value}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("value", [1e308, 5e-324, 1e-30])
+def test_serve_refuses_extreme_shifts_with_422_on_the_field(workdir: Path, value: float) -> None:
+    from prenoise.serve.schema import RequestRejected, ServeLimits, build_recipe, parse_request
+
+    base = load_recipe("tiny.yaml")
+    for field in ("shift_video", "shift_audio"):
+        request = parse_request({field: value})
+        with pytest.raises(RequestRejected) as rejected:
+            build_recipe(base, request, media_root=None, uploads=[], limits=ServeLimits())
+        assert rejected.value.field == field

@@ -51,7 +51,7 @@ def test_too_large_sizes_are_refused_before_any_file_is_opened(workdir: Path) ->
         with pytest.raises(BudgetExceededError) as info:
             check_request(recipe)
         message = str(info.value)
-        assert message.startswith("this request (noise ")
+        assert message.startswith("this request (model ")
         assert "make the request smaller (width x height, now" in message
         assert "no-such-file" not in message  # the size, never the reference, is blamed
     width_only = load_recipe(workdir / "tiny.yaml", width=100_000, height=100_000)
@@ -89,6 +89,6 @@ def test_cli_refuses_before_models_load(
     ):
         assert main([*args, "--recipe", "tiny.yaml"]) == 2, args
         out = " ".join(capsys.readouterr().out.split())
-        assert out.startswith("error: this request (noise"), out
+        assert out.startswith("error: this request (model "), out
         assert "make the request smaller" in out and "--memory-budget" in out
     assert not (workdir / "o.mp4").exists()

@@ -32,7 +32,7 @@ exit status:
   1   not verified: a field differs, a value could not be compared, or the plugin-on arm did not
       prepare ahead (the JSON's not_prepared_reasons says why: request not eligible, a
       prediction mismatch, ...); the JSON report is written (none when the plugin-on arm raised
-      PredictionMismatchError under PRENOISE_VLLM_OMNI_ON_MISMATCH=raise: one line says so)
+      on a prediction mismatch under PRENOISE_VLLM_OMNI_ON_MISMATCH=raise: one line says so)
   2   bad input, refused before the pipeline runs (what only upstream's media preparation sees,
       during it) and nothing written: a request upstream's own validation refuses (its message,
       unchanged: duration outside [4, 15] s, references under 256 px or outside [2, 15] s,

@@ -28,3 +28,25 @@ def huge_png(path: Path, side: int) -> Path:
     """A black `side` x `side` PNG (1-bit while written, so this process stays small)."""
     Image.new("1", (side, side)).save(path)
     return path
+
+
+def truncated_faststart_mp4(path: Path) -> Path:
+    """The synthetic 2 s reference (48 frames, H.264 + AAC) remuxed with its header first
+    (`movflags=faststart`) and cut to its first half: the header still declares 48 frames."""
+    from prenoise.ref2va.media import make_synthetic_reference
+
+    whole = make_synthetic_reference(path.with_name(f"whole-{path.name}"), 2.0, 64, 64)
+    faststart = path.with_name(f"faststart-{path.name}")
+    with (
+        av.open(str(whole)) as source,
+        av.open(str(faststart), "w", format="mp4", options={"movflags": "faststart"}) as target,
+    ):
+        streams = {s.index: target.add_stream_from_template(s) for s in source.streams}
+        for packet in source.demux():
+            if packet.dts is None:  # the end-of-stream flush packets carry nothing
+                continue
+            packet.stream = streams[packet.stream.index]
+            target.mux(packet)
+    data = faststart.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    return path

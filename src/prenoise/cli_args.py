@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from prenoise.path_checks import path_problem
 from prenoise.seeds import check_seed_range
 
 if TYPE_CHECKING:
@@ -98,7 +99,7 @@ def check_output_file(path: str | os.PathLike[str], option: str) -> Path:
     Raises :class:`UsageError` naming `option` when it is a directory, or when it or its
     nearest existing parent is not writable.
     """
-    p = Path(path)
+    p = _os_path(path, option)
     if p.is_dir():
         raise UsageError(f"{option} {p}: is a directory; give a file path")
     if p.exists() and not os.access(p, os.W_OK):
@@ -110,11 +111,20 @@ def check_output_file(path: str | os.PathLike[str], option: str) -> Path:
 def check_output_dir(path: str | os.PathLike[str], option: str) -> Path:
     """`path` as a Path if it is (or can be created as) a writable directory; else
     :class:`UsageError` naming `option`."""
-    p = Path(path)
+    p = _os_path(path, option)
     if p.exists() and not p.is_dir():
         raise UsageError(f"{option} {p}: exists and is not a directory")
     _check_creatable(p, option, p)
     return p
+
+
+def _os_path(path: str | os.PathLike[str], option: str) -> Path:
+    """`path` as a Path, or a :class:`UsageError` naming `option` when the OS would refuse the
+    name (a NUL byte, a component over 255 bytes: `stat` raised ENAMETOOLONG, exit 70)."""
+    problem = path_problem(path)
+    if problem is not None:
+        raise UsageError(f"{option}: the path {problem}")
+    return Path(path)
 
 
 def _check_creatable(directory: Path, option: str, target: Path) -> None:

@@ -134,7 +134,7 @@ def test_resolve_media_path_rules(media_root: Path, outside_file: Path) -> None:
         ("a/../ref.mp4", "'..'"),
         (str(outside_file), "outside"),
         ("nope.mp4", "no such file"),
-        (".", "no such file"),
+        (".", "is a directory"),
     ]:
         with pytest.raises(PathRejected, match=reason):
             resolve_media_path(media_root, bad)

@@ -15,6 +15,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from prenoise.documents import DocumentError, load_json
+
 CONFIG_FILE = "config.json"
 """Name of the config file inside a checkpoint directory."""
 FORMAT = "prenoise-ref2va"
@@ -87,13 +89,13 @@ def read_checkpoint_config(directory: str | os.PathLike[str]) -> dict[str, Any]:
         raise CheckpointError(f"{base}: not a checkpoint directory ({what}; give the directory)")
     path = base / CONFIG_FILE
     try:
-        meta = json.loads(path.read_text())
+        meta = load_json(path.read_text())
     except FileNotFoundError:
         raise CheckpointError(f"{path}: no such file (not a checkpoint directory)") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise CheckpointError(f"{path}: cannot read ({exc})") from None
-    except json.JSONDecodeError as exc:
-        raise CheckpointError(f"{path}: not valid JSON ({exc})") from None
+    except DocumentError as exc:  # also huge integers and deep nesting, not only bad syntax
+        raise CheckpointError(f"{path}: {exc}") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise CheckpointError(f"{path}: not a {FORMAT} checkpoint")
     model = meta.get("model")
@@ -102,14 +104,24 @@ def read_checkpoint_config(directory: str | os.PathLike[str]) -> dict[str, Any]:
     return model
 
 
+def _read_weights(path: Path) -> dict[str, torch.Tensor]:
+    """The tensors of one `.safetensors` file; a damaged file (empty, truncated, zeroed, a
+    header length past the file) is a `CheckpointError` naming it, not an internal error."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    try:
+        return load_file(str(path))
+    except (SafetensorError, OSError) as exc:
+        raise CheckpointError(f"{path}: not a valid safetensors file ({exc})") from None
+
+
 def load_checkpoint(
     directory: str | os.PathLike[str],
     modules: Mapping[str, nn.Module],
     expected_config: Mapping[str, Any] | None = None,
 ) -> None:
     """Load weights into ``modules`` in place (bit-exact), after checking the config matches."""
-    from safetensors.torch import load_file
-
     base = Path(directory)
     found = read_checkpoint_config(base)
     if expected_config is not None:
@@ -120,7 +132,7 @@ def load_checkpoint(
         path = base / f"{name}.safetensors"
         if not path.is_file():
             raise CheckpointError(f"{path}: missing weights for component {name!r}")
-        tensors = load_file(str(path))
+        tensors = _read_weights(path)
         unique, _ = _unique_state(module)
         missing = sorted(set(unique) - set(tensors))
         extra = sorted(set(tensors) - set(unique))

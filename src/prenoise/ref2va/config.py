@@ -4,13 +4,22 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from prenoise.devices import check_device
+from prenoise.documents import DocumentError, load_yaml
 from prenoise.noise_streams import NoiseStreamError, stream_status
+from prenoise.path_checks import check_path
 from prenoise.ref2va import geometry
 from prenoise.ref2va.audio_vae import AudioVAEConfig
 from prenoise.ref2va.limits import Limits
@@ -25,6 +34,11 @@ DEFAULT_FRAMES = 124
 
 class RecipeError(ValueError):
     """A recipe file is missing, not YAML, or invalid; one line naming the file and the key."""
+
+
+OsPath = Annotated[Path, AfterValidator(check_path)]
+"""A path the OS accepts as a name (no NUL byte, components within 255 bytes): refused as the
+recipe's field, not later as `ValueError`/`ENAMETOOLONG` from whatever first opens it."""
 
 
 class ModelConfig(BaseModel):
@@ -55,7 +69,7 @@ class ReferenceSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     kind: Literal["image", "video", "audio"]
-    path: Path
+    path: OsPath
     synthetic: SyntheticSpec | None = None
     use_audio: bool = True
     max_seconds: float | None = Field(default=None, gt=0)
@@ -118,12 +132,12 @@ class Recipe(BaseModel):
     shift_video: float = Field(default=12.0, ge=SHIFT_MIN, le=SHIFT_MAX)
     shift_audio: float = Field(default=3.0, ge=SHIFT_MIN, le=SHIFT_MAX)
     outputs: int = Field(default=1, ge=1)
-    output_dir: Path = Path("outputs")
+    output_dir: OsPath = Path("outputs")
     tau_visual: float = Field(default=0.999, ge=0, le=1)
     tau_audio: float = Field(default=1.0, ge=0, le=1)
     device: str = "cpu"
     model: ModelConfig = ModelConfig()
-    checkpoint: Path | None = None
+    checkpoint: OsPath | None = None
     parallel: ParallelConfig | None = None
     limits: Limits = Limits()
 
@@ -240,10 +254,9 @@ def load_recipe(path: str | os.PathLike[str], **overrides: Any) -> Recipe:
     except UnicodeDecodeError as exc:
         raise RecipeError(f"{p}: not a YAML text file (not UTF-8 at byte {exc.start})") from None
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise RecipeError(f"{p}: not valid YAML ({first})") from None
+        data = load_yaml(text)
+    except DocumentError as exc:
+        raise RecipeError(f"{p}: {exc}") from None
     if isinstance(data, dict):
         data = {**data, **overrides}
     return recipe_from_dict(data, str(p))

@@ -110,9 +110,17 @@ class DecodeGuard:
             )
 
 
+FFMPEG_MAX_PIXELS = 2**31 - 1
+"""The largest `max_pixels` FFmpeg accepts (its option's range is 0..INT_MAX; it decodes no
+larger frame anyway). A larger cap, such as `--max-frame-pixels 1e18`, made opening the decoder
+fail with ERANGE, which was reported as the reference being undecodable."""
+
+
 def decoder_options(limits: Limits | None) -> dict[str, str]:
-    """Decoder options that make FFmpeg refuse frames above the per-frame pixel cap."""
-    return {"max_pixels": str((limits or Limits()).max_frame_pixels)}
+    """Decoder options that make FFmpeg refuse frames above the per-frame pixel cap (capped at
+    what FFmpeg accepts; `DecodeGuard` still applies the whole cap to every frame)."""
+    cap = min((limits or Limits()).max_frame_pixels, FFMPEG_MAX_PIXELS)
+    return {"max_pixels": str(cap)}
 
 
 def bounded_stream(stream: Any, guard: DecodeGuard, what: str) -> Any:

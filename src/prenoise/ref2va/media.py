@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from prenoise.cancel import CancelEvent
+from prenoise.path_checks import not_a_file, path_problem
 from prenoise.ref2va import geometry
 from prenoise.ref2va.decode_guard import (
     DecodeGuard,
@@ -31,6 +32,7 @@ from prenoise.ref2va.decode_guard import (
     check_image_header,
     decoder_options,
 )
+from prenoise.ref2va.demux import PacketCount, check_complete, counted_frames, resource_failure
 from prenoise.ref2va.limits import Limits
 
 __all__ = [
@@ -72,16 +74,15 @@ class VideoInfo:
 
 
 def require_file(path: str | os.PathLike[str]) -> Path:
-    """`path` if it is a file; else a :class:`MediaError` saying what it is (missing, a
-    directory, something else)."""
+    """`path` if it is a file; else a :class:`MediaError` saying what it is (a name the OS
+    refuses, missing, a directory, a device, something else)."""
     p = Path(path)
+    problem = path_problem(p)
+    if problem is not None:
+        raise MediaError(f"{p}: the path {problem}")
     if p.is_file():
         return p
-    if p.is_dir():
-        raise MediaError(f"{p}: is a directory, not a media file")
-    if p.exists():
-        raise MediaError(f"{p}: not a regular file")
-    raise MediaError(f"{p}: no such file")
+    raise MediaError(f"{p}: {not_a_file(p)}")
 
 
 def _open(path: str | os.PathLike[str], limits: Limits | None = None) -> Any:
@@ -94,6 +95,9 @@ def _open(path: str | os.PathLike[str], limits: Limits | None = None) -> Any:
     try:
         return av.open(str(p), options=decoder_options(limits))
     except (av.FFmpegError, OSError, ValueError) as exc:
+        failure = resource_failure(p, exc)
+        if failure is not None:
+            raise failure from exc
         raise MediaError(f"{p}: cannot read media ({type(exc).__name__}: {exc})") from exc
 
 
@@ -130,7 +134,7 @@ def read_image(
     The size is checked against `limits.max_frame_pixels` from the header, before decoding.
     """
     guard = DecodeGuard(path, limits)
-    header_read = Path(path).is_file() and check_image_header(Path(path), guard)
+    header_read = check_image_header(require_file(path), guard)
     with _open(path, guard.limits) as container:
         if not container.streams.video:
             raise MediaError(f"{path}: no image stream")
@@ -140,6 +144,9 @@ def read_image(
                 guard.decoded(frame)
                 return torch.from_numpy(_frame_to_array(frame, width, height))
         except av.FFmpegError as exc:
+            failure = resource_failure(path, exc)
+            if failure is not None:
+                raise failure from exc
             # Without a header size, the decoder's own pixel cap may be what refused it.
             cap = guard.limits.max_frame_pixels
             hint = "" if header_read else f"; images above {cap} pixels are refused"
@@ -229,8 +236,9 @@ def iter_video_frames(
         prev_ts = Fraction(0)
         cached: np.ndarray | None = None
         last_gap: Fraction | None = None
+        count = PacketCount()
         try:
-            for frame in container.decode(stream):
+            for frame in counted_frames(container, stream, count):
                 guard.decoded(frame)
                 ts = _timestamp(frame, stream)
                 if start is None:
@@ -248,7 +256,10 @@ def iter_video_frames(
                             return
                 prev, prev_ts, cached = frame, ts, None
         except av.FFmpegError as exc:
-            raise MediaError(f"{path}: cannot decode video ({exc})") from exc
+            raise resource_failure(path, exc) or MediaError(
+                f"{path}: cannot decode video ({exc})"
+            ) from exc
+        check_complete(path, stream, count)  # the file may end before its header says
         if prev is None:
             raise MediaError(f"{path}: video has no frames")
         duration = Fraction(1, 1) / Fraction(rate) if rate else (last_gap or step)
@@ -339,8 +350,9 @@ def read_audio_if_any(
         resampler = av.AudioResampler(format="fltp", layout="stereo", rate=sample_rate)
         parts: list[np.ndarray] = []
         samples = 0
+        count = PacketCount()
         try:
-            for frame in container.decode(audio=0):
+            for frame in counted_frames(container, stream, count):
                 for block in resampler.resample(frame):
                     parts.append(block.to_ndarray())
                     samples += parts[-1].shape[1]
@@ -350,8 +362,11 @@ def read_audio_if_any(
             else:
                 parts.extend(f.to_ndarray() for f in resampler.resample(None))
                 guard.audio(sum(p.shape[1] for p in parts), sample_rate)
+                check_complete(path, stream, count)  # read to the end: all of it was there
         except av.FFmpegError as exc:
-            raise MediaError(f"{path}: cannot decode audio ({exc})") from exc
+            raise resource_failure(path, exc) or MediaError(
+                f"{path}: cannot decode audio ({exc})"
+            ) from exc
     wav = np.concatenate(parts, axis=1) if parts else np.zeros((2, 0), np.float32)
     if limit is not None:
         wav = wav[:, :limit]

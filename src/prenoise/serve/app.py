@@ -23,7 +23,6 @@ errors as `error` in `prenoise_requests_total`.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil
@@ -42,6 +41,7 @@ from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from prenoise.documents import DocumentError, load_json
 from prenoise.ref2va.pipeline import Ref2VAPipeline
 from prenoise.serve import content
 from prenoise.serve.admission import Refused
@@ -302,10 +302,9 @@ def _declared_length(request: Request) -> int | None:
 
 def _decode_json(raw: str | bytes, field: str) -> Any:
     """Decoded JSON. Non-finite numbers (`Infinity`, `1e400`) decode and are then refused by
-    the schema, naming their field; nesting deeper than Python's recursion limit is refused."""
+    the schema, naming their field; nesting deeper than Python's recursion limit and integers
+    over Python's int-string limit are refused."""
     try:
-        return json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise RequestRejected(field, f"not valid JSON ({exc})") from None
-    except RecursionError:
-        raise RequestRejected(field, "JSON nested too deeply") from None
+        return load_json(raw, max_depth=None)  # the schema bounds what it accepts
+    except DocumentError as exc:  # bad syntax, deep nesting, an integer of 5,000 digits
+        raise RequestRejected(field, str(exc)) from None

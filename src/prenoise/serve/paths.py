@@ -13,6 +13,8 @@ import os
 import re
 from pathlib import Path, PurePosixPath
 
+from prenoise.path_checks import not_a_file, path_problem
+
 __all__ = ["PathRejected", "resolve_media_path", "safe_upload_name"]
 
 _SUFFIX = re.compile(r"^\.[a-z0-9]{1,5}$")
@@ -26,6 +28,9 @@ def resolve_media_path(root: Path, name: str) -> Path:
     """The resolved path of file `name` (relative to `root`, or absolute) inside `root`."""
     if not name or "\x00" in name:
         raise PathRejected("empty path or NUL byte")
+    problem = path_problem(name)  # before any stat() could raise ENAMETOOLONG (a 500)
+    if problem is not None:
+        raise PathRejected(f"the path {problem}")
     pure = PurePosixPath(name)
     if ".." in pure.parts:
         raise PathRejected(f"{name!r}: '..' is not allowed")
@@ -35,7 +40,9 @@ def resolve_media_path(root: Path, name: str) -> Path:
     if not resolved.is_relative_to(real_root):
         raise PathRejected(f"{name!r}: resolves outside the media root")
     if not resolved.is_file():
-        raise PathRejected(f"{name!r}: no such file under the media root")
+        problem = not_a_file(resolved)  # a device or a pipe exists: it is no file
+        where = "under the media root" if problem == "no such file" else "(under the media root)"
+        raise PathRejected(f"{name!r}: {problem} {where}")
     return resolved
 
 

@@ -66,16 +66,30 @@ def test_unsupported_missing_or_unregistered(monkeypatch: pytest.MonkeyPatch) ->
     )
 
 
-def test_doctor_prints_the_plugin_rows() -> None:
-    proc = subprocess.run(
+def _doctor(**env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
         [sys.executable, "-m", "prenoise", "doctor"],
-        env={"COLUMNS": "200", "PATH": "/usr/bin:/bin", "PRENOISE_VLLM_OMNI": "off"},
+        env={"COLUMNS": "200", "PATH": "/usr/bin:/bin", **env},
         capture_output=True,
         text=True,
         timeout=120,
         check=False,
     )
+
+
+def test_doctor_prints_the_plugin_rows() -> None:
+    proc = _doctor(PRENOISE_VLLM_OMNI_PREPARE_NEXT_OUTPUT="1")
     assert proc.returncode == 0, proc.stderr
-    assert "vLLM-Omni plugin" in proc.stdout
-    assert "inactive: PRENOISE_VLLM_OMNI='off': expected one of 0, 1" in proc.stdout
-    assert "prenoise.integrations.vllm_omni:register" in proc.stdout
+    out = " ".join(proc.stdout.split())
+    assert f"vLLM-Omni plugin │ {ACTIVE}" in out
+    assert "prenoise.integrations.vllm_omni:register" in out
+    assert "PRENOISE_VLLM_OMNI_PREPARE_NEXT_OUTPUT=1" in out
+
+
+def test_doctor_with_a_bad_plugin_setting_is_one_line() -> None:
+    """As for every PRENOISE_* variable, every command (doctor too) refuses to start."""
+    proc = _doctor(PRENOISE_VLLM_OMNI="off")
+    assert proc.returncode == 2
+    assert proc.stdout == (
+        "error: PRENOISE_VLLM_OMNI='off' is not a known value (accepted: 0, 1; unset means 1)\n"
+    )

@@ -19,10 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
-import torch.distributed as dist
 
-from prenoise.distributed.group import DistContext
+from one_rank import OneRankContext
 from prenoise.distributed.request import resolve_request
 from prenoise.distributed.runner import DistributedRef2VA
 from prenoise.ref2va.cli_options import add_request_arguments, recipe_from_args
@@ -171,16 +169,6 @@ def test_torchrun_broadcast_keeps_every_key(
     assert resolved.seeds == (2**64 - 2, 2**64 - 1)
 
 
-class _OneRank(DistContext):
-    def __init__(self) -> None:
-        super().__init__(0, 1, 0, [0], torch.device("cpu"), "gloo", 30.0, None)
-        self._store = dist.HashStore()
-
-    @property
-    def store(self) -> dist.Store:
-        return self._store
-
-
 VARIANTS: dict[str, dict[str, Any]] = {
     "libm": {"noise_stream": "libm"},
     "x86": {"noise_stream": "x86"},
@@ -200,7 +188,7 @@ def test_distributed_preparation_equals_single_process(
     recipe = recipe_from_dict(data, "test")
     models = Ref2VAModels.default(recipe.model)
     single, _ = Ref2VAPipeline(models).prepare_outputs(recipe, "serial", keep_noise=True)
-    runner = DistributedRef2VA(_OneRank(), models, ParallelConfig(timeout_s=30.0))
+    runner = DistributedRef2VA(OneRankContext(), models, ParallelConfig(timeout_s=30.0))
     prepared = runner.prepare(
         resolve_request(recipe, models), keep_noise=True, host_shared=host_shared
     )

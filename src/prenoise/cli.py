@@ -19,6 +19,7 @@ from prenoise.cli_args import (
     at_least,
     check_output_dir,
     check_output_file,
+    check_outputs_are_not_inputs,
     check_request_outputs,
     finite_between,
     generate_out_path,
@@ -66,48 +67,10 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_doctor(args: argparse.Namespace) -> int:
-    import torch
+    from prenoise.cli_doctor import doctor_table
 
-    from prenoise import kernel
-
-    status = kernel.backend_status()
-    table = Table(title="prenoise doctor", show_header=False)
-    table.add_column("what")
-    table.add_column("status", overflow="fold")  # paths and variables stay whole, never "…"
-    table.add_row("noise backend", f"{status.name} ({'active' if status.active else 'inactive'})")
-    table.add_row("why", status.reason)
-    table.add_row(kernel.ENV_VAR, os.environ.get(kernel.ENV_VAR, "(unset)"))
-    table.add_row("2 MiB pages for big buffers", kernel.huge_page_status())
-    table.add_row("torch", torch.__version__)
-    table.add_row("torch CPU capability", torch.backends.cpu.get_cpu_capability())
-    table.add_row("torch intra-op threads", str(torch.get_num_threads()))
-    table.add_row("CUDA", torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none")
-    _noise_stream_rows(table)
-    _vllm_omni_rows(table)
-    console.print(table)
+    console.print(doctor_table())
     return 0
-
-
-def _vllm_omni_rows(table: Table) -> None:
-    """The vLLM-Omni plugin as the next vLLM-Omni process here would load it."""
-    from prenoise.integrations.vllm_omni.status import plugin_status
-
-    for name, value in plugin_status().rows():
-        table.add_row(name, escape(value))
-
-
-def _noise_stream_rows(table: Table) -> None:
-    """Which stream local torch draws; which streams this build can draw, self-checked."""
-    from prenoise import noise_streams
-
-    table.add_row("local torch draws stream", noise_streams.local_torch_stream())
-    usable = ["native"]
-    for stream in noise_streams.NON_NATIVE_STREAMS:
-        status = noise_streams.stream_status(stream)
-        table.add_row(f"stream {stream!r} self-check", status.summary())
-        if status.usable:
-            usable.append(stream)
-    table.add_row("streams this build can draw", ", ".join(usable))
 
 
 def _cmd_stream_digest(args: argparse.Namespace) -> int:
@@ -138,23 +101,13 @@ def _byte_size(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 8GiB)") from None
 
 
-def _is_same_file(a: str, b: str) -> bool:
-    """Whether two paths name one file: same inode when both exist (hard and symbolic links
-    included), else the same path once symlinks and `..` are resolved."""
-    try:
-        return os.path.samefile(a, b)
-    except OSError:
-        return os.path.realpath(a) == os.path.realpath(b)
-
-
 def _cmd_compare(args: argparse.Namespace) -> int:
     from prenoise.verify import compare, load_saved, require_inputs_fit
 
-    if args.json:
-        for given in (args.a, args.b):
-            if _is_same_file(args.json, given):  # the report would overwrite what it describes
-                raise UsageError(f"--json {args.json}: is the input {given}; choose another path")
-        check_output_file(args.json, "--json")
+    if args.json:  # the report must not overwrite what it describes
+        report_path = check_output_file(args.json, "--json")
+        inputs = [("A", Path(args.a)), ("B", Path(args.b))]
+        check_outputs_are_not_inputs([("--json", report_path)], inputs)
     # Before anything is inflated: both files' declared contents must fit the budget.
     require_inputs_fit((args.a, args.b), args.memory_budget)
     # Exit status: 0 equal, 1 different, 2 cannot compare (UncomparableError, a user error).

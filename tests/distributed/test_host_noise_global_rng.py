@@ -16,11 +16,10 @@ from pathlib import Path
 
 import pytest
 import torch
-import torch.distributed as dist
 
+from one_rank import OneRankContext
 from prenoise import draws as draws_module
 from prenoise.distributed import host_noise
-from prenoise.distributed.group import DistContext
 from prenoise.distributed.request import resolve_request
 from prenoise.distributed.runner import DistributedRef2VA
 from prenoise.ref2va.config import ParallelConfig, load_recipe
@@ -32,18 +31,6 @@ from rng_contention import Handshake, dropout_on_global_rng
 
 TINY = Path(__file__).parents[1] / "ref2va" / "tiny-recipe.yaml"
 GLOBAL_SEED = 2468
-
-
-class OneRankContext(DistContext):
-    """A one-rank job on a private in-process store (no process group needed to prepare)."""
-
-    def __init__(self) -> None:
-        super().__init__(0, 1, 0, [0], torch.device("cpu"), "gloo", 30.0, None)
-        self._store = dist.HashStore()
-
-    @property
-    def store(self) -> dist.Store:
-        return self._store
 
 
 def _encoder_on_global_rng(

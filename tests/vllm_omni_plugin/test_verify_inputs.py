@@ -357,3 +357,10 @@ def test_a_mismatch_raised_by_the_plugin_arm_is_not_verified_and_writes_nothing(
         "(PRENOISE_VLLM_OMNI_ON_MISMATCH=raise), upstream did not:"
     ), printed
     assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_a_device_as_reference_is_named_as_such(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    line = refused(tmp_path, capsys, "--reference", "/dev/zero")
+    assert line == "reference /dev/zero: not a regular file (a character device)", line

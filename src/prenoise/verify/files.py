@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from prenoise.budget import format_bytes, require_fits
+from prenoise.path_checks import not_a_file, path_problem
 from prenoise.verify.reports import UncomparableError
 
 __all__ = ["declared_nbytes", "load_saved", "require_inputs_fit"]
@@ -24,13 +25,24 @@ __all__ = ["declared_nbytes", "load_saved", "require_inputs_fit"]
 BUDGET_FIX = "set a larger budget with --memory-budget SIZE (e.g. 16GiB) if the memory is there"
 
 
+def _shown(path: str | os.PathLike[str]) -> str:
+    """`path` for a one-line message: long names cut, NUL bytes escaped."""
+    text = repr(os.fspath(path))[1:-1]
+    return text if len(text) <= 80 else text[:77] + "…"
+
+
 def _checked_file(path: str | os.PathLike[str]) -> pathlib.Path:
     """`path` if it is a non-empty regular file that can be opened; else UncomparableError."""
+    problem = path_problem(path)  # a NUL byte or an over-long name: the OS would raise
+    if problem is not None:
+        raise UncomparableError(_shown(path), f"the path {problem}")
     p = pathlib.Path(path)
     if p.is_dir():
         raise UncomparableError(str(p), "is a directory, not a torch.save file")
     if not p.exists():
         raise UncomparableError(str(p), "no such file")
+    if not p.is_file():  # /dev/zero is "empty" by its size, but a device, not a file
+        raise UncomparableError(str(p), not_a_file(p))
     try:
         with p.open("rb") as f:
             size = os.fstat(f.fileno()).st_size

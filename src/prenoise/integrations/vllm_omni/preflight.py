@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from prenoise.cli_args import UsageError
 from prenoise.integrations.vllm_omni.request import TORCH_SEED_MAX, TORCH_SEED_MIN, torch_seed
 from prenoise.integrations.vllm_omni.settings import ENABLE_ENV, PluginSettings, SettingsError
+from prenoise.path_checks import not_a_file, path_problem
 
 if TYPE_CHECKING:
     from prenoise.integrations.vllm_omni.verification import H3Request
@@ -219,11 +220,12 @@ def resolve_reference_paths(raw_paths: Sequence[str | Path]) -> tuple[Path, ...]
     """Absolute paths of existing, readable regular files (a clear error before any work)."""
     resolved = []
     for raw in raw_paths:
+        problem = path_problem(raw)
+        if problem is not None:
+            raise VerifyInputError(f"reference: the path {problem}")
         path = Path(raw).expanduser()
-        if path.is_dir():
-            raise VerifyInputError(f"reference {raw}: is a directory, not a media file")
-        if not path.is_file():
-            raise VerifyInputError(f"reference {raw}: no such file")
+        if not path.is_file():  # missing, a directory, a device (/dev/zero exists: say what)
+            raise VerifyInputError(f"reference {raw}: {not_a_file(path)}")
         try:
             with path.open("rb"):
                 pass

@@ -457,3 +457,15 @@ def test_global_rng_check_default_comes_from_prenoise_debug_rng(
             )
         with prep:
             torch.randn(2)  # the global RNG, on the request thread
+
+
+def test_prenoise_debug_rng_follows_the_start_up_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What `prenoise.env` accepts at start-up means the same here (' 1' was off here)."""
+    from prenoise.env import EnvVarError
+
+    monkeypatch.setenv("PRENOISE_DEBUG_RNG", " 1")
+    assert PreparationExecutor(name="rng").check_global_rng is True
+    monkeypatch.setenv("PRENOISE_DEBUG_RNG", "maybe")
+    with pytest.raises(EnvVarError, match="PRENOISE_DEBUG_RNG='maybe' is not a known value"):
+        PreparationExecutor(name="rng")
+    assert PreparationExecutor(name="rng", check_global_rng=False).check_global_rng is False

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import os
 import threading
 from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
@@ -38,6 +37,7 @@ from typing import Any, Generic, TypeVar
 import torch
 
 from prenoise.cancel import CancelEvent, any_of
+from prenoise.env import env_choice
 from prenoise.prediction import MismatchPolicy, PredictionEvent, PredictionMismatchError
 from prenoise.rng_guard import GlobalRNGChangedError, RNGSnapshot, snapshot_global_rng
 from prenoise.tracing import NULL_TRACER, Category, Tracer
@@ -106,7 +106,7 @@ class PreparationExecutor:
         self._thread_prefix = f"{name}#{next(_instance_ids)}-"
         self.tracer = tracer or NULL_TRACER
         self.check_global_rng = (
-            os.environ.get("PRENOISE_DEBUG_RNG") == "1"
+            env_choice("PRENOISE_DEBUG_RNG", ("0", "1"), "0") == "1"  # the start-up check's rule
             if check_global_rng is None
             else check_global_rng
         )

@@ -77,11 +77,6 @@ def test_install_and_every_request_are_in_vllms_log(image_ref: Path) -> None:
     ), lines[2]
 
 
-@pytest.mark.slow
-def test_vllm_logging_level_applies(image_ref: Path) -> None:
-    assert "prenoise" not in _worker_log(image_ref, seed=3, VLLM_LOGGING_LEVEL="WARNING")
-
-
 def test_an_application_logging_config_is_left_alone(monkeypatch: pytest.MonkeyPatch) -> None:
     plugin_logger = logging.getLogger(logs.PLUGIN_LOGGER)
     monkeypatch.setattr(plugin_logger, "handlers", [])
@@ -117,6 +112,20 @@ def test_routing_forwards_to_vllms_handlers_once(monkeypatch: pytest.MonkeyPatch
     plugin_logger.debug("hidden")
     plugin_logger.info("shown")
     assert seen == ["prenoise.vllm_omni INFO shown"]
+
+
+def test_routing_takes_vllms_level(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`VLLM_LOGGING_LEVEL=WARNING`: the plugin's INFO lines are dropped as vLLM's are."""
+    plugin_logger = logging.getLogger(logs.PLUGIN_LOGGER)
+    monkeypatch.setattr(plugin_logger, "handlers", [])
+    monkeypatch.setattr(plugin_logger, "level", logging.NOTSET)
+    monkeypatch.setattr(logging.getLogger(), "handlers", [])
+    vllm_logger = logging.getLogger(logs.VLLM_LOGGER)
+    monkeypatch.setattr(vllm_logger, "handlers", [logging.NullHandler()])
+    monkeypatch.setattr(vllm_logger, "level", logging.WARNING)
+    assert logs.route_to_vllm_logging()
+    assert plugin_logger.level == logging.WARNING
+    assert not plugin_logger.isEnabledFor(logging.INFO)
 
 
 def _record(name: str, used: bool, draw: float, waited: float) -> DrawRecord:

@@ -33,6 +33,7 @@ from typing import Any
 
 import torch
 
+from prenoise.env import EnvVarError, check_environment
 from prenoise.integrations.vllm_omni.logs import route_to_vllm_logging
 from prenoise.integrations.vllm_omni.request import (
     ConditionKey,
@@ -68,14 +69,18 @@ def register() -> None:
     """Entry point (`vllm_omni.general_plugins`: `prenoise`): install if supported, else log why.
 
     Never raises for the environment it finds: a plugin must never be why `vllm serve` does not
-    start. A setting with an unknown value logs one ERROR line (the variable, its value, the
-    allowed values) and installs nothing. The plugin's lines go to vLLM's log
+    start. A setting with an unknown value — the plugin's own or any other `PRENOISE_*`
+    variable its draws read — logs one ERROR line (the variable, its value, the allowed values)
+    and installs nothing. The plugin's lines go to vLLM's log
     (`logs.route_to_vllm_logging`).
     """
     route_to_vllm_logging()
     try:
         settings = PluginSettings.from_env()
-    except SettingsError as error:  # never a silent default either: nothing is installed
+        # Every PRENOISE_* variable the draws read too (kernel backend, huge pages, ...): a bad
+        # one would otherwise fail requests at their first draw instead of installing nothing.
+        check_environment()
+    except (SettingsError, EnvVarError) as error:  # never a silent default: nothing installed
         _say_once("settings", f"prenoise: {error}; the vLLM-Omni plugin installed nothing",
                   level=logging.ERROR)  # fmt: skip
         return

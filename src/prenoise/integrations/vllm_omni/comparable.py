@@ -20,25 +20,13 @@ from typing import Any
 import numpy as np
 import torch
 
+from prenoise.verify.leaves import is_leaf
+
 __all__ = ["TYPE_KEY", "ComparableCopy"]
 
 TYPE_KEY = "__type__"
 """The key under which a walked object's type is recorded (one field per object)."""
 
-# Values `prenoise.verify.compare` compares exactly as they are (its leaf types).
-_EXACT_LEAVES: tuple[type, ...] = (
-    type(None),
-    bool,
-    int,
-    float,
-    complex,
-    str,
-    bytes,
-    torch.dtype,
-    torch.device,
-    torch.layout,
-    torch.memory_format,
-)
 _BUILTIN_LEAVES = (int, float, complex, str, bytes)
 _NOT_DATA = (
     type,
@@ -85,7 +73,8 @@ class ComparableCopy:
         if isinstance(value, torch.Tensor):
             copied = _tensor_copy(value)
             return copied if kind is torch.Tensor else {TYPE_KEY: _type_name(value), "data": copied}
-        if kind in _EXACT_LEAVES or isinstance(value, enum.Enum | pathlib.PurePath):
+        # what `compare` compares exactly as it is (its own leaf rule); paths it judges itself
+        if is_leaf(value) or isinstance(value, pathlib.PurePath):
             return value
         if isinstance(value, np.ndarray | np.generic):
             return self._numpy(value, path)

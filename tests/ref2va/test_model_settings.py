@@ -8,7 +8,6 @@ front now (exit 2, one line), and `prenoise demo --encode-seconds inf` no longer
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -21,13 +20,6 @@ from prenoise.ref2va.models import Ref2VAModels
 from prenoise.ref2va.request_budget import estimate_request
 
 TINY = Path(__file__).with_name("tiny-recipe.yaml")
-
-
-@pytest.fixture()
-def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.chdir(tmp_path)
-    shutil.copy(TINY, tmp_path / "tiny.yaml")
-    return tmp_path
 
 
 def _one_line(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:

@@ -41,7 +41,6 @@ from prenoise.integrations.vllm_omni import plugin
 from prenoise.integrations.vllm_omni.comparable import ComparableCopy
 from prenoise.integrations.vllm_omni.preflight import (
     reference_kind,
-    resolve_reference_paths,
 )
 from prenoise.integrations.vllm_omni.request import DrawRecord, current_request, observe_draws
 from prenoise.integrations.vllm_omni.settings import ENABLE_ENV, PluginSettings
@@ -524,8 +523,3 @@ def _patched(owner: Any, name: str, value: Any) -> Iterator[None]:
         yield
     finally:
         setattr(owner, name, previous)
-
-
-def references_for(paths: Sequence[str | Path]) -> tuple[Path, ...]:
-    """Resolve and check reference paths (a clear error before any pipeline work)."""
-    return resolve_reference_paths(paths)

@@ -62,6 +62,7 @@ __all__ = [
     "local_torch_stream",
     "randn",
     "randn_keep_prefix",
+    "require_usable",
     "stream_digest",
     "stream_status",
 ]
@@ -217,6 +218,13 @@ def _keep_prefix_check(stream: str, impl: _Impl) -> str | None:
     if not torch.equal(kept_gen.get_state(), full_gen.get_state()):
         return f"{stream}: the kept-prefix draw leaves a different generator state"
     return None
+
+
+def require_usable(stream: str, dtype: torch.dtype = torch.float32) -> None:
+    """Raise :class:`NoiseStreamError` (saying why) unless ``stream`` may draw ``dtype`` in this
+    process; ``"native"`` always may. Runs the self-check the first time."""
+    if check_stream_name(stream) != NATIVE:
+        _require(stream, dtype)
 
 
 def _require(stream: str, dtype: torch.dtype) -> _Impl:

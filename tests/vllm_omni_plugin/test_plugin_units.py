@@ -36,12 +36,13 @@ LOGGER = "prenoise.vllm_omni"
 ENABLE = "PRENOISE_VLLM_OMNI"
 MISMATCH = "PRENOISE_VLLM_OMNI_ON_MISMATCH"
 NEXT = "PRENOISE_VLLM_OMNI_PREPARE_NEXT_OUTPUT"
+STREAM = "PRENOISE_VLLM_OMNI_NOISE_STREAM"
 METHODS = ("forward", "_initial_noise", "encode_prompt")
 FUNCTIONS = ("prepare_encoder_inputs", "minimax_h3_imgvid_cond_noise_aug_rows")
 NAMES = METHODS + FUNCTIONS
 SETTINGS = (
     "PRENOISE_VLLM_OMNI=1 PRENOISE_VLLM_OMNI_ON_MISMATCH=serial "
-    "PRENOISE_VLLM_OMNI_PREPARE_NEXT_OUTPUT=0"
+    "PRENOISE_VLLM_OMNI_PREPARE_NEXT_OUTPUT=0 PRENOISE_VLLM_OMNI_NOISE_STREAM=native"
 )
 
 
@@ -251,13 +252,22 @@ def test_unset_variables_give_the_defaults() -> None:
         (NEXT, "\t1 ", "prepare_next_output", True),
         (NEXT, "0", "prepare_next_output", False),
         (NEXT, "", "prepare_next_output", False),
+        (STREAM, "x86", "noise_stream", "x86"),
+        (STREAM, " LIBM ", "noise_stream", "libm"),
+        (STREAM, "native", "noise_stream", "native"),
+        (STREAM, "", "noise_stream", "native"),
     ],
 )
 def test_each_variable_sets_its_field_only(name: str, raw: str, field: str, value: Any) -> None:
-    defaults = {"enabled": True, "on_mismatch": FALLBACK, "prepare_next_output": False}
+    defaults = {
+        "enabled": True,
+        "on_mismatch": FALLBACK,
+        "prepare_next_output": False,
+        "noise_stream": "native",
+    }
     settings = PluginSettings.from_env({name: raw})
     assert dataclasses.asdict(settings) == {**defaults, field: value}
-    assert getattr(settings, field) is value
+    assert getattr(settings, field) == value
 
 
 def test_all_three_variables_together() -> None:
@@ -276,6 +286,11 @@ def test_all_three_variables_together() -> None:
             "PRENOISE_VLLM_OMNI_ON_MISMATCH=' Fallback ': expected one of serial, raise",
         ),
         (NEXT, "true", "PRENOISE_VLLM_OMNI_PREPARE_NEXT_OUTPUT='true': expected one of 0, 1"),
+        (
+            STREAM,
+            "arm",
+            "PRENOISE_VLLM_OMNI_NOISE_STREAM='arm': expected one of native, x86, libm",
+        ),
     ],
 )
 def test_unknown_values_raise_with_the_exact_message(name: str, raw: str, message: str) -> None:

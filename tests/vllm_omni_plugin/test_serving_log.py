@@ -59,7 +59,8 @@ def test_install_and_every_request_are_in_vllms_log(image_ref: Path) -> None:
     assert re.fullmatch(
         rf"INFO \S+ \S+ \[plugin\.py:\d+\] prenoise {version}: overlapped noise preparation "
         rf"installed in MiniMax-H3 \(vllm-omni 0\.30\.\d+; PRENOISE_VLLM_OMNI=1 "
-        r"PRENOISE_VLLM_OMNI_ON_MISMATCH=serial PRENOISE_VLLM_OMNI_PREPARE_NEXT_OUTPUT=0; "
+        r"PRENOISE_VLLM_OMNI_ON_MISMATCH=serial PRENOISE_VLLM_OMNI_PREPARE_NEXT_OUTPUT=0 "
+        r"PRENOISE_VLLM_OMNI_NOISE_STREAM=native; "
         r"pid \d+\)",
         lines[0],
     ), lines[0]

@@ -24,7 +24,7 @@ def test_here_the_plugin_is_registered_supported_and_active() -> None:
         (
             "plugin settings",
             "PRENOISE_VLLM_OMNI=1 PRENOISE_VLLM_OMNI_ON_MISMATCH=serial "
-            "PRENOISE_VLLM_OMNI_PREPARE_NEXT_OUTPUT=0",
+            "PRENOISE_VLLM_OMNI_PREPARE_NEXT_OUTPUT=0 PRENOISE_VLLM_OMNI_NOISE_STREAM=native",
         ),
     ]
 

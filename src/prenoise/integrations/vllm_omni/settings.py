@@ -7,9 +7,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
+from prenoise.noise_streams import STREAMS
 from prenoise.prediction import MismatchPolicy
 
-__all__ = ["ENABLE_ENV", "MISMATCH_ENV", "NEXT_OUTPUT_ENV", "PluginSettings", "SettingsError"]
+__all__ = [
+    "ENABLE_ENV",
+    "MISMATCH_ENV",
+    "NEXT_OUTPUT_ENV",
+    "NOISE_STREAM_ENV",
+    "PluginSettings",
+    "SettingsError",
+]
 
 ENABLE_ENV = "PRENOISE_VLLM_OMNI"
 """`0` turns the plugin off (it installs nothing); `1` or unset: on."""
@@ -18,6 +26,11 @@ MISMATCH_ENV = "PRENOISE_VLLM_OMNI_ON_MISMATCH"
 `raise`: it raises `PredictionMismatchError`."""
 NEXT_OUTPUT_ENV = "PRENOISE_VLLM_OMNI_PREPARE_NEXT_OUTPUT"
 """`1`: draw output i+1's noise while output i denoises (same bits); `0` or unset: serial."""
+
+NOISE_STREAM_ENV = "PRENOISE_VLLM_OMNI_NOISE_STREAM"
+"""`native` (default): every draw is local torch's, bit-identical to upstream; `x86` or `libm`:
+every CPU-generator noise draw of the covered pipelines is drawn in that named stream
+(`prenoise.noise_streams`), the same on x86 and ARM hosts."""
 
 T = TypeVar("T")
 _BOOLS = {"0": False, "1": True}
@@ -30,11 +43,12 @@ class SettingsError(ValueError):
 
 @dataclass(frozen=True)
 class PluginSettings:
-    """What the plugin does; `from_env` reads the three `PRENOISE_VLLM_OMNI*` variables."""
+    """What the plugin does; `from_env` reads the four `PRENOISE_VLLM_OMNI*` variables."""
 
     enabled: bool = True
     on_mismatch: MismatchPolicy = MismatchPolicy.FALLBACK
     prepare_next_output: bool = False
+    noise_stream: str = "native"
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> PluginSettings:
@@ -43,6 +57,7 @@ class PluginSettings:
             enabled=_lookup(env, ENABLE_ENV, _BOOLS, "1"),
             on_mismatch=_lookup(env, MISMATCH_ENV, _POLICIES, "serial"),
             prepare_next_output=_lookup(env, NEXT_OUTPUT_ENV, _BOOLS, "0"),
+            noise_stream=_lookup(env, NOISE_STREAM_ENV, {s: s for s in STREAMS}, "native"),
         )
 
     def describe(self) -> str:
@@ -50,7 +65,8 @@ class PluginSettings:
         policy = next(name for name, value in _POLICIES.items() if value == self.on_mismatch)
         return (
             f"{ENABLE_ENV}={int(self.enabled)} {MISMATCH_ENV}={policy} "
-            f"{NEXT_OUTPUT_ENV}={int(self.prepare_next_output)}"
+            f"{NEXT_OUTPUT_ENV}={int(self.prepare_next_output)} "
+            f"{NOISE_STREAM_ENV}={self.noise_stream}"
         )
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from cli_refusals import one_line
 from prenoise.cli import main
 from prenoise.ref2va import cli_options
 from prenoise.ref2va.config import RecipeError, load_recipe
@@ -35,9 +36,8 @@ def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def _one_line_error(capsys: pytest.CaptureFixture[str]) -> str:
-    out = capsys.readouterr().out.strip()
-    assert out.startswith("error:") and "Traceback" not in out, out
-    assert len(out.splitlines()) == 1, out
+    out = one_line(capsys)
+    assert out.startswith("error:"), out
     return out
 
 

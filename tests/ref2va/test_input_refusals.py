@@ -16,6 +16,7 @@ import av
 import pytest
 from tests.hostile_media import truncated_faststart_mp4
 
+from cli_refusals import one_line
 from prenoise.cli import main
 from prenoise.ref2va import media
 from prenoise.ref2va.config import load_recipe
@@ -40,12 +41,6 @@ def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.chdir(tmp_path)
     shutil.copy(TINY, tmp_path / "tiny.yaml")
     return tmp_path
-
-
-def _one_line(capsys: pytest.CaptureFixture[str]) -> str:
-    out = capsys.readouterr().out.strip()
-    assert len(out.splitlines()) == 1, out
-    return out
 
 
 def _recipe_with(workdir: Path, text: str) -> str:
@@ -82,7 +77,7 @@ def test_bad_names_and_numbers_are_exit_2(
 ) -> None:
     recipe = _recipe_with(workdir, recipe_text)
     assert main(["generate", "--recipe", recipe, *extra]) == 2
-    assert _one_line(capsys) == message
+    assert one_line(capsys) == message
 
 
 def _cut(path: Path) -> None:
@@ -137,7 +132,7 @@ def test_damaged_checkpoint_weights_are_exit_2(
     shutil.copytree(checkpoint, workdir / "ck")
     damage(workdir / "ck" / file)
     assert main(["verify", "--recipe", "tiny.yaml", "--checkpoint", "ck"]) == 2
-    assert _one_line(capsys) == f"error: ck/{file}: {message}"
+    assert one_line(capsys) == f"error: ck/{file}: {message}"
 
 
 @pytest.mark.parametrize(
@@ -167,7 +162,7 @@ def test_checkpoint_config_numbers_and_nesting_are_exit_2(
     shutil.copytree(checkpoint, workdir / "ck")
     (workdir / "ck" / "config.json").write_text(config)
     assert main(["verify", "--recipe", "tiny.yaml", "--checkpoint", "ck"]) == 2
-    assert _one_line(capsys) == f"error: ck/config.json: {message}"
+    assert one_line(capsys) == f"error: ck/config.json: {message}"
 
 
 def test_serve_body_with_a_huge_integer_is_422() -> None:
@@ -193,7 +188,7 @@ def test_a_huge_frame_pixel_cap_is_no_decode_error(synthetic_mp4: Path) -> None:
 
 def test_a_device_is_not_called_missing(workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["generate", "--recipe", "tiny.yaml", "--reference", "/dev/zero"]) == 2
-    assert _one_line(capsys) == "error: /dev/zero: not a regular file (a character device)"
+    assert one_line(capsys) == "error: /dev/zero: not a regular file (a character device)"
 
 
 def test_serve_names_a_pipe_under_the_media_root(tmp_path: Path) -> None:
@@ -218,7 +213,7 @@ def test_thread_exhaustion_is_not_blamed_on_the_file(
     monkeypatch.setattr(media, "counted_frames", no_threads)
     shutil.copy(synthetic_mp4, workdir / "ref.mp4")
     assert main(["generate", "--recipe", "tiny.yaml", "--reference", "ref.mp4"]) == 70
-    assert _one_line(capsys) == (
+    assert one_line(capsys) == (
         "error: BlockingIOError: [Errno 11] decoding ref.mp4: the system refused the decoder "
         "threads or memory (Resource temporarily unavailable); the file is not at fault, retry "
         "with fewer processes running (rerun with --debug for the traceback)"
@@ -231,7 +226,7 @@ def test_thread_exhaustion_is_not_blamed_on_the_file(
 def test_a_truncated_mp4_is_refused(workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     truncated_faststart_mp4(workdir / "half.mp4")
     assert main(["generate", "--recipe", "tiny.yaml", "--reference", "half.mp4"]) == 2
-    assert _one_line(capsys) == (
+    assert one_line(capsys) == (
         "error: half.mp4: the file is truncated: its header declares 48 video frames, only 22 "
         "are in the file"
     )

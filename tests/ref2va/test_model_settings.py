@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from cli_refusals import refused
 from prenoise.cli import main
 from prenoise.ref2va.config import SHIFT_MAX, SHIFT_MIN, load_recipe
 from prenoise.ref2va.model_size import model_nbytes
@@ -20,15 +21,6 @@ from prenoise.ref2va.models import Ref2VAModels
 from prenoise.ref2va.request_budget import estimate_request
 
 TINY = Path(__file__).with_name("tiny-recipe.yaml")
-
-
-def _one_line(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
-    capsys.readouterr()
-    assert main(argv) == 2
-    captured = capsys.readouterr()
-    lines = (captured.out + captured.err).strip().splitlines()
-    assert len(lines) == 1, lines
-    return " ".join(lines[0].split())
 
 
 def _with_model(workdir: Path, **model: dict[str, object]) -> str:
@@ -61,14 +53,14 @@ def test_model_settings_are_refused_with_the_recipe(
     workdir: Path, capsys: pytest.CaptureFixture[str], model: dict, message: str
 ) -> None:
     recipe = _with_model(workdir, **model)
-    assert _one_line(capsys, ["generate", "--recipe", recipe]).startswith(message)
+    assert refused(capsys, ["generate", "--recipe", recipe]).startswith(message)
 
 
 def test_a_model_too_big_for_memory_is_refused_by_the_budget(
     workdir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     recipe = _with_model(workdir, transformer={"dim": 1_048_576, "num_heads": 2})
-    line = _one_line(capsys, ["generate", "--recipe", recipe])
+    line = refused(capsys, ["generate", "--recipe", recipe])
     assert line.startswith("error: this request (model ") and "TiB of weights" in line, line
     assert sorted(p.name for p in workdir.iterdir()) == ["model.yaml", "tiny.yaml"]
 
@@ -94,7 +86,7 @@ def test_the_model_count_is_what_the_built_models_hold(workdir: Path) -> None:
 def test_extreme_shifts_are_refused_up_front(
     workdir: Path, capsys: pytest.CaptureFixture[str], option: str, value: str
 ) -> None:
-    line = _one_line(capsys, ["verify", "--recipe", "tiny.yaml", option, value])
+    line = refused(capsys, ["verify", "--recipe", "tiny.yaml", option, value])
     key = option[2:].replace("-", "_")
     bound = f"less than or equal to {SHIFT_MAX:g}" if float(value) > 1 else (
         f"greater than or equal to {SHIFT_MIN:g}"

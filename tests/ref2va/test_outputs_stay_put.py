@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from prenoise.cli import main
+from cli_refusals import refused
 
 TINY = Path(__file__).with_name("tiny-recipe.yaml")
 
@@ -24,15 +24,6 @@ def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     shutil.copy(TINY, tmp_path / "tiny.yaml")
     (tmp_path / "ref.png").write_bytes(b"not really a png, and never read")
     return tmp_path
-
-
-def _refused(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
-    capsys.readouterr()
-    assert main(argv) == 2
-    out = capsys.readouterr()
-    lines = (out.out + out.err).strip().splitlines()
-    assert len(lines) == 1, lines
-    return " ".join(lines[0].split())
 
 
 @pytest.mark.parametrize(
@@ -73,7 +64,7 @@ def test_an_output_that_is_an_input_is_refused(
     (workdir / "link.png").symlink_to("ref.png")
     (workdir / "ref-1.png").write_bytes(b"second")
     before = {p.name: p.read_bytes() for p in workdir.iterdir() if p.is_file()}
-    assert _refused(capsys, argv).startswith(message)
+    assert refused(capsys, argv).startswith(message)
     assert {p.name: p.read_bytes() for p in workdir.iterdir() if p.is_file()} == before
 
 
@@ -93,6 +84,6 @@ def test_a_recipe_name_that_would_leave_output_dir_is_refused(
 ) -> None:
     data = yaml.safe_load((workdir / "tiny.yaml").read_text())
     (workdir / "named.yaml").write_text(yaml.safe_dump({**data, "name": name}))
-    line = _refused(capsys, ["generate", "--recipe", "named.yaml"])
+    line = refused(capsys, ["generate", "--recipe", "named.yaml"])
     assert line.startswith("error: named.yaml: name: ") and message in line, line
     assert sorted(p.name for p in workdir.iterdir()) == ["named.yaml", "ref.png", "tiny.yaml"]

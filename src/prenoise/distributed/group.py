@@ -5,17 +5,22 @@
 timeout: gloo on CPU, nccl when the recipe's device is CUDA (plus a gloo group for Python objects
 and status, since nccl cannot carry them). Every collective of the job raises after `timeout_s`
 instead of hanging.
+
+The ranks of one host are those that see the same shared-memory directory (`shm_identity`), not
+those with the same host name: two hosts that share a name (containers, network namespaces,
+cloned images) each keep their own host-shared noise.
 """
 
 from __future__ import annotations
 
 import datetime
 import os
-import socket
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
+
+from prenoise.distributed.shm import shm_identity
 
 __all__ = ["DistContext", "env_world_size", "init_distributed", "shutdown"]
 
@@ -29,8 +34,9 @@ def env_world_size() -> int:
 class DistContext:
     """Where this process sits in the job.
 
-    `host_ranks` are the global ranks on this host, in order; `host_index` is this rank's position
-    among them (0 = the host leader). `cpu_group` is a gloo group for objects and CPU tensors.
+    `host_ranks` are the global ranks on this host (those that see this rank's `/dev/shm`), in
+    order; `host_index` is this rank's position among them (0 = the host leader). `cpu_group` is
+    a gloo group for objects and CPU tensors.
     """
 
     rank: int
@@ -83,7 +89,7 @@ def init_distributed(timeout_s: float, device: str = "cpu") -> DistContext:
         dist.init_process_group(backend, timeout=timeout, rank=rank, world_size=world)
     cpu_group = dist.new_group(backend="gloo", timeout=timeout) if use_cuda else None
     hosts: list[str | None] = [None] * world
-    dist.all_gather_object(hosts, socket.gethostname(), group=cpu_group)
+    dist.all_gather_object(hosts, shm_identity(), group=cpu_group)
     mine = hosts[rank]
     return DistContext(
         rank=rank,

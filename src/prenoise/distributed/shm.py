@@ -5,6 +5,10 @@ soon as all of them have mapped it: the mappings keep the memory alive, the name
 rank may unlink (a missing name is ignored), so cleanup on failure or interrupt does not depend
 on the creator surviving. Names carry the creator's pid; `sweep_stale_segments` removes segments
 whose creator is dead (e.g. after SIGKILL).
+
+`shm_identity` says which shared-memory directory a process sees: the ranks of one "host" are the
+ranks with equal identities, whatever their host names (two containers or network namespaces on
+one machine may share a host name but not `/dev/shm`).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import contextlib
 import math
 import os
 import re
+import socket
 from pathlib import Path
 
 import torch
@@ -24,6 +29,7 @@ __all__ = [
     "leftover_segments",
     "map_segment",
     "segment_path",
+    "shm_identity",
     "sweep_stale_segments",
     "unlink_segment",
 ]
@@ -31,6 +37,26 @@ __all__ = [
 SHM_DIR = Path(os.environ.get("PRENOISE_SHM_DIR", "/dev/shm"))
 SEGMENT_PREFIX = "prenoise-"
 _NAME = re.compile(rf"^{SEGMENT_PREFIX}(\d+)-")
+_BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
+
+
+def shm_identity() -> str:
+    """Equal for two processes when they see the same shared-memory directory, else different.
+
+    The kernel's boot id (random per machine and boot) with the device and inode of `SHM_DIR`
+    (one tmpfs mount each: a container or mount namespace with its own `/dev/shm` gets another).
+    Where the boot id cannot be read (not Linux), the host name stands in for it.
+    """
+    try:
+        machine = _BOOT_ID.read_text().strip()
+    except OSError:
+        machine = f"host {socket.gethostname()}"
+    try:
+        st = os.stat(SHM_DIR)
+        where = f"dev {st.st_dev} ino {st.st_ino}"
+    except OSError:
+        where = "no shm dir"
+    return f"{machine}|{where}"
 
 
 def segment_path(creator_pid: int, tag: str) -> Path:

@@ -99,3 +99,17 @@ class Handshake:
         result = work()
         draw_global_rng()
         return result
+
+
+def encoder_on_global_rng(monkeypatch: Any, models: Any, handshake: Handshake) -> None:
+    """Make a Ref2VA text encoder draw the global RNG (dropout on its embeddings, met with the
+    worker through `handshake.request_side`); `monkeypatch` undoes it."""
+    encoder = models.text_encoder
+    real = encoder.encode_with_mask
+
+    def encode_with_mask(prompts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        text, mask = real(prompts)
+        with torch.inference_mode():
+            return handshake.request_side(lambda: dropout_on_global_rng(text)), mask
+
+    monkeypatch.setattr(encoder, "encode_with_mask", encode_with_mask)

@@ -27,24 +27,10 @@ from prenoise.ref2va.models import Ref2VAModels
 from prenoise.ref2va.pipeline import Ref2VAPipeline
 from prenoise.ref2va.verification import prepared_fields
 from prenoise.verify import compare, nest_dotted
-from rng_contention import Handshake, dropout_on_global_rng
+from rng_contention import Handshake, encoder_on_global_rng
 
 TINY = Path(__file__).parents[1] / "ref2va" / "tiny-recipe.yaml"
 GLOBAL_SEED = 2468
-
-
-def _encoder_on_global_rng(
-    monkeypatch: pytest.MonkeyPatch, models: Ref2VAModels, handshake: Handshake
-) -> None:
-    encoder = models.text_encoder
-    real = encoder.encode_with_mask
-
-    def encode_with_mask(prompts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
-        text, mask = real(prompts)
-        with torch.inference_mode():
-            return handshake.request_side(lambda: dropout_on_global_rng(text)), mask
-
-    monkeypatch.setattr(encoder, "encode_with_mask", encode_with_mask)
 
 
 def _park(monkeypatch: pytest.MonkeyPatch, host_shared: bool) -> Handshake:
@@ -66,7 +52,7 @@ def test_distributed_preparation_with_an_encoder_on_the_global_rng_equals_serial
     recipe = load_recipe(TINY).model_copy(update={"outputs": 2})
     models = Ref2VAModels.default(recipe.model)
     handshake = _park(monkeypatch, host_shared)
-    _encoder_on_global_rng(monkeypatch, models, handshake)
+    encoder_on_global_rng(monkeypatch, models, handshake)
     runner = DistributedRef2VA(OneRankContext(), models, ParallelConfig(timeout_s=30.0))
     request = resolve_request(recipe, models)
     with torch.random.fork_rng(devices=[]):

@@ -24,7 +24,7 @@ from prenoise.ref2va.pipeline import Ref2VAPipeline
 from prenoise.ref2va.verification import prepared_fields
 from prenoise.ref2va_noise import initial_noise_streams
 from prenoise.verify import compare, nest_dotted
-from rng_contention import Handshake, dropout_on_global_rng
+from rng_contention import Handshake, dropout_on_global_rng, encoder_on_global_rng
 
 GLOBAL_SEED = 1234
 
@@ -61,26 +61,11 @@ def _park_worker_draws(monkeypatch: pytest.MonkeyPatch, worker_prefix: str) -> H
     return handshake
 
 
-def _encoder_on_global_rng(
-    monkeypatch: pytest.MonkeyPatch, models: Ref2VAModels, handshake: Handshake
-) -> None:
-    """The text encoder draws the global RNG: its embeddings pass a train-mode dropout."""
-    encoder = models.text_encoder
-    real = encoder.encode_with_mask
-
-    def encode_with_mask(prompts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
-        text, mask = real(prompts)
-        with torch.inference_mode():
-            return handshake.request_side(lambda: dropout_on_global_rng(text)), mask
-
-    monkeypatch.setattr(encoder, "encode_with_mask", encode_with_mask)
-
-
 def test_overlapped_preparation_with_an_encoder_on_the_global_rng_equals_serial(
     tiny_models: Ref2VAModels, recipe: Recipe, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     handshake = _park_worker_draws(monkeypatch, "ref2va-prep")
-    _encoder_on_global_rng(monkeypatch, tiny_models, handshake)
+    encoder_on_global_rng(monkeypatch, tiny_models, handshake)
     pipe = Ref2VAPipeline(tiny_models)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(GLOBAL_SEED)

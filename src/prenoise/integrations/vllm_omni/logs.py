@@ -40,7 +40,8 @@ def route_to_vllm_logging() -> bool:
     if not vllm_logger.handlers or _configured_by_application(plugin_logger):
         return False
     plugin_logger.addHandler(VllmLogForwarder())
-    if plugin_logger.level == logging.NOTSET and logging.getLogger("prenoise").level == logging.NOTSET:
+    package_logger = logging.getLogger("prenoise")
+    if plugin_logger.level == logging.NOTSET and package_logger.level == logging.NOTSET:
         plugin_logger.setLevel(vllm_logger.getEffectiveLevel())
     return True
 

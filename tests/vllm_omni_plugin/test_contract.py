@@ -155,7 +155,11 @@ def test_original_is_upstreams_own_whether_or_not_installed() -> None:
     from vllm_omni.diffusion.models.minimax_h3 import pipeline_minimax_h3 as upstream
 
     methods = ("forward", "_initial_noise", "encode_prompt")
-    functions = ("prepare_encoder_inputs", "minimax_h3_imgvid_cond_noise_aug_rows")
+    functions = (
+        "prepare_encoder_inputs",
+        "minimax_h3_imgvid_cond_noise_aug_rows",
+        "minimax_h3_audio_cond_noise_aug_rows",
+    )
     expected = {n: upstream.MiniMaxH3Pipeline.__dict__[n] for n in methods}
     expected |= {n: getattr(upstream, n) for n in functions}
     plugin.uninstall()

@@ -1,7 +1,7 @@
 """Fast unit tests of the vLLM-Omni plugin's settings, wrappers and install mechanics, with fakes.
 
 No pipeline runs here: prenoise's implementations are called with recording fakes of upstream's
-five functions (`Fakes`), and the request state is a `FakeState` (`plugin.current_request`).
+six functions (`Fakes`), and the request state is a `FakeState` (`plugin.current_request`).
 Exact texts, keys and identities, so that a changed comparison, constant, string or argument
 fails a test.
 """
@@ -38,7 +38,11 @@ MISMATCH = "PRENOISE_VLLM_OMNI_ON_MISMATCH"
 NEXT = "PRENOISE_VLLM_OMNI_PREPARE_NEXT_OUTPUT"
 STREAM = "PRENOISE_VLLM_OMNI_NOISE_STREAM"
 METHODS = ("forward", "_initial_noise", "encode_prompt")
-FUNCTIONS = ("prepare_encoder_inputs", "minimax_h3_imgvid_cond_noise_aug_rows")
+FUNCTIONS = (
+    "prepare_encoder_inputs",
+    "minimax_h3_imgvid_cond_noise_aug_rows",
+    "minimax_h3_audio_cond_noise_aug_rows",
+)
 NAMES = METHODS + FUNCTIONS
 SETTINGS = (
     "PRENOISE_VLLM_OMNI=1 PRENOISE_VLLM_OMNI_ON_MISMATCH=serial "
@@ -71,7 +75,7 @@ def owner(name: str) -> Any:
 
 
 def current() -> dict[str, Any]:
-    """The five names as MiniMax-H3 sees them now (the class's own methods, unbound)."""
+    """The six names as MiniMax-H3 sees them now (the class's own methods, unbound)."""
     return {n: owner(n).__dict__[n] if n in METHODS else getattr(owner(n), n) for n in NAMES}
 
 
@@ -83,6 +87,7 @@ def implementations() -> dict[str, Any]:
         "encode_prompt": plugin._encode_prompt,
         "prepare_encoder_inputs": plugin._prepare_encoder_inputs,
         "minimax_h3_imgvid_cond_noise_aug_rows": plugin._condition_noise_rows,
+        "minimax_h3_audio_cond_noise_aug_rows": plugin._audio_condition_noise_rows,
     }
 
 
@@ -177,7 +182,7 @@ class FakePreparation:
 @pytest.fixture(autouse=True)
 def clean_state(monkeypatch: pytest.MonkeyPatch) -> None:
     """No plugin variable set, no reason said yet."""
-    for name in (ENABLE, MISMATCH, NEXT):
+    for name in (ENABLE, MISMATCH, NEXT, STREAM):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(plugin, "_said", set())
 
@@ -189,7 +194,7 @@ def log() -> Log:
 
 @dataclasses.dataclass
 class Fakes:
-    """Recording stand-ins for upstream's five functions (`fn`), and what each returns."""
+    """Recording stand-ins for upstream's six functions (`fn`), and what each returns."""
 
     fn: dict[str, Callable[..., Any]]
     returned: dict[str, object]
@@ -444,7 +449,7 @@ def test_vllm_omni_version_is_none_when_not_installed(monkeypatch: pytest.Monkey
 # -- install / uninstall / original --------------------------------------------------------------
 
 
-def test_install_wraps_exactly_the_five_names() -> None:
+def test_install_wraps_exactly_the_six_names() -> None:
     """Each name becomes a new function, `functools.wraps`'d onto upstream's own; prenoise's
     implementations keep their own names and module."""
     before = current()
@@ -552,8 +557,9 @@ def test_install_names_every_foreign_name_in_order(
     assert plugin.is_installed() is False
     assert [m for _, m in logged(caplog)] == [
         "prenoise: MiniMax-H3 ['forward', '_initial_noise', 'encode_prompt', "
-        "'prepare_encoder_inputs', 'minimax_h3_imgvid_cond_noise_aug_rows'] already patched "
-        "by another plugin; prenoise did nothing"
+        "'prepare_encoder_inputs', 'minimax_h3_imgvid_cond_noise_aug_rows', "
+        "'minimax_h3_audio_cond_noise_aug_rows'] already patched by another plugin; "
+        "prenoise did nothing"
     ]
 
 
@@ -592,7 +598,7 @@ def test_a_wraps_wrapper_of_upstream_is_not(name: str) -> None:
 
 def test_prenoises_own_wrappers_are_not_upstream() -> None:
     plugin.install()
-    assert [plugin._is_upstream(fn) for fn in current().values()] == [False] * 5
+    assert [plugin._is_upstream(fn) for fn in current().values()] == [False] * 6
 
 
 def _local(x: int) -> int:

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -15,8 +16,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from prenoise import noise_streams
 from prenoise.cli_args import UsageError, check_output_file
-from prenoise.integrations.vllm_omni.settings import MISMATCH_ENV
+from prenoise.integrations.vllm_omni.settings import MISMATCH_ENV, NOISE_STREAM_ENV
 from prenoise.prediction import PredictionMismatchError
 
 if TYPE_CHECKING:
@@ -38,7 +40,8 @@ exit status:
       unchanged: duration outside [4, 15] s, references under 256 px or outside [2, 15] s,
       codecs other than H.264/H.265, too many outputs or references), a reference that is not
       media (typed by content, not by name), a seed outside torch's -2^63..2^64-1, a canvas
-      over 768x1344 pixels, an unwritable --json, an unknown PRENOISE_VLLM_OMNI* value, or
+      over 768x1344 pixels, an unwritable --json, an unknown PRENOISE_VLLM_OMNI* value or
+      --noise-stream, a noise stream this process's self-check refuses, or
       PRENOISE_VLLM_OMNI=0 (the plugin is off: nothing to verify)
   70  internal error (please report it)"""
 
@@ -81,6 +84,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--outputs", type=int, default=1, help="outputs per request (upstream: 1..10)"
     )
     parser.add_argument("--steps", type=int, default=2, help="denoising steps")
+    parser.add_argument(
+        "--noise-stream",
+        metavar="STREAM",
+        help=f"native, x86 or libm: sets {NOISE_STREAM_ENV} for both arms (plugin on: the "
+        "plugin's setting; plugin off: upstream's forward drawn whole in that stream); "
+        "default: the environment's",
+    )
     parser.add_argument("--json", required=True, help="write the per-field report here")
 
 
@@ -94,6 +104,11 @@ def run(args: argparse.Namespace, console: Console) -> int:
             "(make setup-vllm-omni)"
         )
         return 2
+    with _noise_stream_setting(args.noise_stream):
+        return _run_checked(args, console)
+
+
+def _run_checked(args: argparse.Namespace, console: Console) -> int:
     from prenoise.integrations.vllm_omni.preflight import (
         check_request,
         check_settings,
@@ -103,7 +118,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
     from prenoise.integrations.vllm_omni.verification import H3Request
 
     # Cheapest first, all before the pipeline runs: a refusal costs little and leaves nothing.
-    check_settings()
+    settings = check_settings()
+    noise_streams.require_usable(settings.noise_stream)  # NoiseStreamError: one line, exit 2
     references = resolve_reference_paths(args.reference)
     with (
         _ReportFile(check_output_file(args.json, "--json")) as out,
@@ -134,6 +150,29 @@ def run(args: argparse.Namespace, console: Console) -> int:
     _print_report(console, result, report)
     console.print(f"wrote {out.path}")
     return 0 if result.verified else 1
+
+
+@contextlib.contextmanager
+def _noise_stream_setting(value: str | None) -> Iterator[None]:
+    """`--noise-stream`: checked (one line, exit 2), then set in the environment for the run
+    (both arms read it there) and restored after; None: the environment's setting."""
+    if value is None:
+        yield
+        return
+    stream = value.strip().lower()
+    if stream not in noise_streams.STREAMS:
+        raise UsageError(
+            f"--noise-stream {value!r}: expected one of {', '.join(noise_streams.STREAMS)}"
+        )
+    previous = os.environ.get(NOISE_STREAM_ENV)
+    os.environ[NOISE_STREAM_ENV] = stream
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(NOISE_STREAM_ENV, None)
+        else:
+            os.environ[NOISE_STREAM_ENV] = previous
 
 
 def _verify(request: H3Request) -> VerifyResult:
@@ -221,6 +260,7 @@ def _print_report(console: Console, result: VerifyResult, report: dict[str, obje
         table.add_row(name, mark, str(entry["shape"]), drawn_on.get(name, ""))
     console.print(table)
     console.print(f"geometry: {report['geometry']}", soft_wrap=True)
+    console.print(f"noise stream: {report['noise_stream']} (both arms)", soft_wrap=True)
     for reason in result.not_prepared_reasons:
         console.print(f"[red]not prepared ahead:[/] {escape(reason)}", soft_wrap=True)
     for value in result.uncompared:

@@ -7,17 +7,23 @@ is a supported release (the hooked methods are private and change between releas
 a no-op; `uninstall()` restores upstream's functions (unless another plugin has wrapped
 prenoise's since). Each installed wrapper holds the upstream function it wraps.
 
-Five upstream names are wrapped, each delegating to upstream's own code whenever the request is
-not being prepared ahead:
-- `MiniMaxH3Pipeline.forward`: opens a `RequestPreparation` around the request (its executor
-  cancels, joins and re-raises on an encoder failure; no worker outlives the request);
+Six upstream names are wrapped, each delegating to upstream's own code whenever the request is
+not being prepared ahead (the draws among them in `PRENOISE_VLLM_OMNI_NOISE_STREAM`'s noise
+stream, see `streams`; `native`: upstream's code exactly):
+- `MiniMaxH3Pipeline.forward`: refuses the request if the named noise stream fails this
+  process's self-check (`NoiseStreamError`), then opens a `RequestPreparation` around the
+  request (its executor cancels, joins and re-raises on an encoder failure; no worker outlives
+  the request);
 - `pipeline_minimax_h3.prepare_encoder_inputs`: once the media plan is known (before the text
   encoder runs) submits the first output's draws;
 - `MiniMaxH3Pipeline.encode_prompt`: on several ranks, rank 0's plan is broadcast once (every
   rank calls it at the same point), so every rank prepares ahead;
 - `MiniMaxH3Pipeline._initial_noise` and
   `pipeline_minimax_h3.minimax_h3_imgvid_cond_noise_aug_rows`: take the
-  prepared noise when the actual arguments equal the prediction.
+  prepared noise when the actual arguments equal the prediction, else draw serially (in the
+  stream);
+- `pipeline_minimax_h3.minimax_h3_audio_cond_noise_aug_rows` (imported by name into the pipeline
+  module, so rebound there): never prepared ahead; draws serially in the stream.
 """
 
 from __future__ import annotations
@@ -42,7 +48,12 @@ from prenoise.integrations.vllm_omni.request import (
     current_request,
     mix_condition_rows,
 )
-from prenoise.integrations.vllm_omni.settings import PluginSettings, SettingsError
+from prenoise.integrations.vllm_omni.settings import (
+    NOISE_STREAM_ENV,
+    PluginSettings,
+    SettingsError,
+)
+from prenoise.integrations.vllm_omni.streams import require_stream, run_serial
 
 __all__ = [
     "SUPPORTED_VERSIONS",
@@ -58,7 +69,11 @@ SUPPORTED_VERSIONS = ("0.30.",)
 """vllm-omni releases whose MiniMax-H3 internals the patches were written and tested against."""
 
 _METHODS = ("forward", "_initial_noise", "encode_prompt")
-_FUNCTIONS = ("prepare_encoder_inputs", "minimax_h3_imgvid_cond_noise_aug_rows")
+_FUNCTIONS = (
+    "prepare_encoder_inputs",
+    "minimax_h3_imgvid_cond_noise_aug_rows",
+    "minimax_h3_audio_cond_noise_aug_rows",
+)
 _lock = threading.Lock()
 _originals: dict[str, Callable[..., Any]] = {}  # upstream's own functions, saved by install
 _installed: dict[str, Callable[..., Any]] = {}  # prenoise's wrappers, as install set them
@@ -104,7 +119,7 @@ def is_installed() -> bool:
 
 
 def install(settings: PluginSettings | None = None) -> None:
-    """Wrap the five MiniMax-H3 names (idempotent); refuses if another plugin already did.
+    """Wrap the six MiniMax-H3 names (idempotent); refuses if another plugin already did.
 
     Logs one INFO line per process when it installs: the prenoise and vllm-omni versions and
     `settings` (the environment's, read per request; `None`: read now, for the line only).
@@ -137,10 +152,11 @@ def install(settings: PluginSettings | None = None) -> None:
         _describe(settings),
         os.getpid(),
     )
+    _check_stream(settings)
 
 
 def original(name: str) -> Callable[..., Any]:
-    """Upstream's own `name` (one of the five wrapped), whether or not prenoise is installed."""
+    """Upstream's own `name` (one of the six wrapped), whether or not prenoise is installed."""
     from vllm_omni.diffusion.models.minimax_h3 import pipeline_minimax_h3 as upstream
 
     with _lock:
@@ -180,7 +196,7 @@ def _owner(upstream: Any, name: str) -> Any:
 
 
 def _current(upstream: Any) -> dict[str, Callable[..., Any]]:
-    """The five names as MiniMax-H3 holds them now (a class's own methods, unbound)."""
+    """The six names as MiniMax-H3 holds them now (a class's own methods, unbound)."""
     return {name: vars(_owner(upstream, name))[name] for name in _METHODS + _FUNCTIONS}
 
 
@@ -210,9 +226,13 @@ def _forward(upstream_fn: Callable[..., Any], self: Any, request: Any) -> Any:
     settings = _request_settings()
     if settings is None or not settings.enabled or current_request() is not None:
         return upstream_fn(self, request)
+    # A named stream this process refuses fails the request before anything is drawn: never
+    # silently native (a refused stream fails every request alike, so this precedes upstream's
+    # own validation).
+    require_stream(settings.noise_stream)
     sampling, request_id = _attribute(request, "sampling_params"), _attribute(request, "request_id")
     if sampling is None:  # e.g. a batch of several requests: upstream's own error, unchanged
-        return upstream_fn(self, request)
+        return upstream_fn(self, request)  # (its draws still go through the serial wrappers)
     with RequestPreparation(self, sampling, settings, request_id=request_id):
         return upstream_fn(self, request)
 
@@ -269,15 +289,21 @@ def _initial_noise(
         prepared = state.take_initial_noise(key)
         if prepared is not None:
             return prepared
-    return upstream_fn(
-        self, seed=seed, latent_t=latent_t, latent_h=latent_h, latent_w=latent_w, audio_t=audio_t
+    return run_serial(
+        upstream_fn,
+        self,
+        seed=seed,
+        latent_t=latent_t,
+        latent_h=latent_h,
+        latent_w=latent_w,
+        audio_t=audio_t,
     )
 
 
 def _condition_noise_rows(
     upstream_fn: Callable[..., Any], clean_rows: torch.Tensor, **kwargs: Any
 ) -> torch.Tensor:
-    serial = functools.partial(upstream_fn, clean_rows, **kwargs)
+    serial = functools.partial(run_serial, upstream_fn, clean_rows, **kwargs)
     state = current_request()
     if state is None:
         return serial()
@@ -298,12 +324,20 @@ def _condition_noise_rows(
     return mix_condition_rows(clean_rows, noise, key.condition_shapes, float(kwargs["noise_aug"]))
 
 
+def _audio_condition_noise_rows(
+    upstream_fn: Callable[..., Any], clean_rows: torch.Tensor, **kwargs: Any
+) -> torch.Tensor:
+    # Upstream's own code always (a small draw, seeded seed + 1): in the stream when named.
+    return run_serial(upstream_fn, clean_rows, **kwargs)
+
+
 _IMPLEMENTATIONS: dict[str, Callable[..., Any]] = {
     "forward": _forward,
     "_initial_noise": _initial_noise,
     "encode_prompt": _encode_prompt,
     "prepare_encoder_inputs": _prepare_encoder_inputs,
     "minimax_h3_imgvid_cond_noise_aug_rows": _condition_noise_rows,
+    "minimax_h3_audio_cond_noise_aug_rows": _audio_condition_noise_rows,
 }
 
 
@@ -388,6 +422,28 @@ def _describe(settings: PluginSettings | None) -> str:
         except SettingsError as error:
             return f"settings invalid: {error}"
     return settings.describe()
+
+
+def _check_stream(settings: PluginSettings | None) -> None:
+    """At install: self-check a named noise stream now (once per process), so a refused one is
+    an ERROR line at start-up; every request is then refused too (never drawn natively)."""
+    from prenoise import noise_streams
+
+    try:
+        stream = (settings or PluginSettings.from_env()).noise_stream
+    except SettingsError:
+        return
+    if stream == noise_streams.NATIVE:
+        return
+    status = noise_streams.stream_status(stream)
+    if not status.usable:
+        logger.error(
+            "prenoise: noise stream %r is refused in this process (%s); every MiniMax-H3 "
+            "request will fail with NoiseStreamError until %s names a stream that passes",
+            stream,
+            status.float32_error,
+            NOISE_STREAM_ENV,
+        )
 
 
 def _say_once(reason: str, message: str, level: int = logging.WARNING) -> None:

@@ -9,7 +9,9 @@ otherwise run upstream's serial code unchanged (or raise, with `on_mismatch=rais
 
 Bitwise guarantee: the prepared tensors are the draws of the Ref2VA contract
 (`prenoise.ref2va_noise`), identical in values, shape, dtype, device and strides to upstream's
-`torch.randn` + patchify; the condition mix is `prenoise.mix_conditions` (two rounded products
+`torch.randn` + patchify, drawn in the settings' noise stream (`PRENOISE_VLLM_OMNI_NOISE_STREAM`:
+native = local torch; `x86`/`libm`: torch's values on a host of that arithmetic, see
+`streams`); the condition mix is `prenoise.mix_conditions` (two rounded products
 and one rounded sum with CPU float32 coefficients) on the clean rows' device, which is what
 upstream computes on the CPU before its `.to(device)`.
 """
@@ -155,6 +157,13 @@ class RequestPreparation:
         self._num_outputs = 1
         self._token: contextvars.Token[RequestPreparation | None] | None = None
         self._lock = threading.Lock()
+        self.serial_streamed = 0
+        """Draws upstream's serial code made in the named noise stream (`streams.run_serial`)."""
+
+    def note_serial_streamed(self, count: int) -> None:
+        """Count `count` serial draws drawn in the settings' named noise stream."""
+        with self._lock:
+            self.serial_streamed += count
 
     # -- lifetime ----------------------------------------------------------------------------
     def __enter__(self) -> RequestPreparation:
@@ -185,13 +194,19 @@ class RequestPreparation:
         who = f"prenoise: request {self.request_id or '(no id)'}"
         if exc is not None:
             why = f"noise not prepared ahead: {self.skipped}" if self.skipped else "draws dropped"
-            return f"{who}: failed ({type(exc).__name__}); {why}"
+            return f"{who}: failed ({type(exc).__name__}); {why}{self._stream_note()}"
         if self.skipped is not None:
-            return f"{who}: noise not prepared ahead, upstream drew it ({self.skipped})"
+            return (
+                f"{who}: noise not prepared ahead, upstream drew it ({self.skipped})"
+                f"{self._stream_note()}"
+            )
         with self._lock:
             records = list(self.records.values())
         if not records:
-            return f"{who}: noise not prepared ahead, upstream drew it (no media plan)"
+            return (
+                f"{who}: noise not prepared ahead, upstream drew it (no media plan)"
+                f"{self._stream_note()}"
+            )
         used = [r for r in records if r.used]
         off_ms = 1000 * sum(r.off_request_thread for r in used)
         waited_ms = 1000 * sum(r.waited for r in used)
@@ -201,7 +216,17 @@ class RequestPreparation:
         )
         if self.prediction_events:
             line += f"; {len(self.prediction_events)} ran upstream's serial draw (shape mismatch)"
-        return line
+        return line + self._stream_note()
+
+    def _stream_note(self) -> str:
+        """`; noise stream x86 (…)` for a named stream; nothing for `native`."""
+        stream = self.settings.noise_stream
+        if stream == "native":
+            return ""
+        with self._lock:
+            ahead = sum(1 for r in self.records.values() if r.used)
+            serial = self.serial_streamed
+        return f"; noise stream {stream} ({ahead} drawn ahead, {serial} drawn serially in it)"
 
     @property
     def prediction_events(self) -> list[PredictionEvent]:
@@ -285,8 +310,14 @@ class RequestPreparation:
         plan = _Plan(initial, condition)
         seed = torch_seed(initial.seed)
         assert seed is not None  # checked for every output seed when the request was planned
+        stream = self.settings.noise_stream  # the worker draws in the request's noise stream
         video, audio = initial_noise_streams(
-            seed, initial.latent_t, initial.latent_h, initial.latent_w, initial.audio_t
+            seed,
+            initial.latent_t,
+            initial.latent_h,
+            initial.latent_w,
+            initial.audio_t,
+            noise_stream=stream,
         )
         cancel = self.executor.cancel_event  # set when the request fails: draws stop early
         jobs: list[tuple[str, Callable[[], torch.Tensor], Any]] = [
@@ -294,7 +325,9 @@ class RequestPreparation:
             (AUDIO, lambda: run_stream(audio, cancel=cancel)[AUDIO], initial),
         ]
         if condition is not None:
-            streams = condition_streams(seed, condition.target_latent_t, condition.condition_shapes)
+            streams = condition_streams(
+                seed, condition.target_latent_t, condition.condition_shapes, noise_stream=stream
+            )
             jobs.append((CONDITION, lambda: _concat_streams(streams, cancel), condition))
         for field_name, draw, key in jobs:
             name = f"{field_name}@{initial.seed}"

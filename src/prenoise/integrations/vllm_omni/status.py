@@ -33,6 +33,8 @@ class PluginStatus:
     settings: str
     """The settings as their variables, or the error that makes the plugin install nothing."""
     settings_valid: bool
+    noise_stream: str = "native"
+    """`PRENOISE_VLLM_OMNI_NOISE_STREAM`: the stream every MiniMax-H3 noise draw is drawn in."""
 
     @property
     def supported(self) -> bool:
@@ -62,7 +64,7 @@ class PluginStatus:
             return f"inactive: {self.settings}"
         if self.settings.startswith("PRENOISE_VLLM_OMNI=0"):
             return "inactive: disabled by PRENOISE_VLLM_OMNI=0"
-        return "active in every vLLM-Omni process (MiniMax-H3, stream native)"
+        return f"active in every vLLM-Omni process (MiniMax-H3, stream {self.noise_stream})"
 
     def rows(self) -> list[tuple[str, str]]:
         """`prenoise doctor`'s rows."""
@@ -80,8 +82,10 @@ class PluginStatus:
 def plugin_status(environ: Mapping[str, str] | None = None) -> PluginStatus:
     """Read the plugin's status from package metadata and `environ` (default: os.environ)."""
     env = os.environ if environ is None else environ
+    stream = "native"
     try:
-        settings, valid = PluginSettings.from_env(env).describe(), True
+        parsed = PluginSettings.from_env(env)
+        settings, valid, stream = parsed.describe(), True, parsed.noise_stream
     except SettingsError as error:
         settings, valid = f"{error} (the plugin installs nothing)", False
     return PluginStatus(
@@ -90,6 +94,7 @@ def plugin_status(environ: Mapping[str, str] | None = None) -> PluginStatus:
         allow_list=env.get("VLLM_PLUGINS"),
         settings=settings,
         settings_valid=valid,
+        noise_stream=stream,
     )
 
 

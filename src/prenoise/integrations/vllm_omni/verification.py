@@ -14,13 +14,23 @@ record, per output, what the pipeline computed:
   its dotted path (`denoise.branch.static_kwargs.packed_seq_params.cu_seqlens_q`); a value the
   walk cannot compare faithfully is listed in `uncompared` and fails the verdict;
 - `decoded.video`, `decoded.audio`: what `forward` returned (all outputs, decoded).
+- `audio_condition_noise` (only when upstream's audio-condition mix draws, i.e. its `noise_aug`
+  is not 1): upstream's audio-condition function evaluated the same way;
 Fields of output i ≥ 1 are prefixed `output{i}.`.
+
+Noise streams (`PRENOISE_VLLM_OMNI_NOISE_STREAM`, `--noise-stream`): both arms use the setting.
+The plugin-on arm is prenoise with it; the plugin-off arm is upstream's `forward` run whole inside
+`prenoise.stream_mode.draws_in_stream(stream)`, so every CPU-generator normal draw anywhere in
+it is drawn in the stream, independently of which functions prenoise wraps. The recomputed
+condition-noise fields are drawn in the same stream. `native`: no mode anywhere.
 
 The verdict (`VerifyResult.verified`) needs more than equal fields: the plugin-on arm must have
 run the overlapped path. Every noise tensor the pipeline consumed for the prepared outputs (the
 first; all of them with `PRENOISE_VLLM_OMNI_PREPARE_NEXT_OUTPUT=1`) must have been drawn on a
 worker thread and taken by the pipeline; otherwise `not_prepared_reasons` says why not (plugin
-disabled, request not eligible, a prediction mismatch, a draw not made ahead).
+disabled, request not eligible, a prediction mismatch, a draw not made ahead) — and, under a
+named stream, every draw it made serially must have been drawn in that stream (counted by
+`streams.run_serial`).
 """
 
 from __future__ import annotations
@@ -43,9 +53,15 @@ from prenoise.integrations.vllm_omni.preflight import (
     reference_kind,
 )
 from prenoise.integrations.vllm_omni.request import DrawRecord, current_request, observe_draws
-from prenoise.integrations.vllm_omni.settings import ENABLE_ENV, PluginSettings
+from prenoise.integrations.vllm_omni.settings import (
+    ENABLE_ENV,
+    PluginSettings,
+    SettingsError,
+)
 from prenoise.integrations.vllm_omni.standins import StandInHooks, build_pipeline
+from prenoise.noise_streams import NATIVE
 from prenoise.rng_guard import snapshot_global_rng
+from prenoise.stream_mode import draws_in_stream
 from prenoise.verify import ComparisonReport, compare, nest_dotted
 
 __all__ = [
@@ -58,6 +74,7 @@ __all__ = [
 ]
 
 NOISE_FIELDS = ("initial_video_noise", "initial_audio_noise", "visual_condition_noise")
+AUDIO_CONDITION = "audio_condition_noise"
 
 
 @dataclass(frozen=True)
@@ -130,6 +147,12 @@ class ArmResult:
     """The thread `forward` ran on (prepared noise must have been drawn on another)."""
     plugin_enabled: bool = True
     """`PRENOISE_VLLM_OMNI` as the arm ran (False: the plugin's wrappers passed through)."""
+    noise_stream: str = NATIVE
+    """The noise stream the arm drew in (the plugin's setting; the whole `forward` when off)."""
+    serial_draws: int = 0
+    """Draws the pipeline made serially, on the request thread (not taken from prenoise)."""
+    serial_streamed: int = 0
+    """Of those, the draws prenoise drew in the named noise stream (`streams.run_serial`)."""
 
     @property
     def rng_unchanged(self) -> bool:
@@ -169,15 +192,20 @@ def run_forward(request: H3Request, *, plugin_on: bool, hooks: StandInHooks | No
 
 def run_arm(request: H3Request, *, plugin_on: bool, hooks: StandInHooks | None = None) -> ArmResult:
     """Run `forward` once with prenoise installed (`plugin_on`) or not; restores the previous
-    installation state afterwards."""
+    installation state afterwards. Both arms draw in the environment's noise stream
+    (`PRENOISE_VLLM_OMNI_NOISE_STREAM`); plugin off: the whole `forward` inside
+    `draws_in_stream`."""
+    stream = noise_stream_setting()
     was_installed = plugin.is_installed()
     _install_state(plugin_on)
     try:
         pipe = build_pipeline(hooks)
         forward_request = request.forward_request()
-        with _Probes() as probes, observe_draws(probes.on_prepared):
+        whole = contextlib.nullcontext() if plugin_on else draws_in_stream(stream)
+        with _Probes(stream) as probes, observe_draws(probes.on_prepared):
             rng_before = snapshot_global_rng()
-            output = pipe.forward(forward_request)
+            with whole:
+                output = pipe.forward(forward_request)
             rng_after = snapshot_global_rng()
         return probes.result(output, rng_before, rng_after)
     finally:
@@ -274,15 +302,31 @@ class VerifyResult:
             "summary": self.summary(),
             "fields": fields,
             "geometry": self.off.geometry,
+            "noise_stream": self.on.noise_stream,
             "arms": {
-                "plugin_off": {"drawn_on": self.off.drawn_on},
+                "plugin_off": {
+                    "drawn_on": self.off.drawn_on,
+                    "noise_stream": self.off.noise_stream,
+                },
                 "plugin_on": {
                     "drawn_on": self.on.drawn_on,
                     "prediction_events": [str(e) for e in self.on.prediction_events],
                     "not_prepared_because": self.on.skipped,
+                    "noise_stream": self.on.noise_stream,
+                    "serial_draws": self.on.serial_draws,
+                    "serial_draws_in_stream": self.on.serial_streamed,
                 },
             },
         }
+
+
+def noise_stream_setting() -> str:
+    """The environment's `PRENOISE_VLLM_OMNI_NOISE_STREAM` (what the plugin-on arm reads);
+    `native` where the settings are invalid (the plugin-on arm's wrapper reports that)."""
+    try:
+        return PluginSettings.from_env().noise_stream
+    except SettingsError:
+        return NATIVE
 
 
 def verify_request(request: H3Request, *, hooks: StandInHooks | None = None) -> VerifyResult:
@@ -331,10 +375,16 @@ def _not_prepared_reasons(arm: ArmResult) -> list[str]:
     seeds = arm.output_seeds
     if not seeds:
         return ["the pipeline drew no noise"]
+    reasons = []
+    if arm.noise_stream != NATIVE and arm.serial_streamed != arm.serial_draws:
+        reasons.append(
+            f"{arm.serial_draws} draws made serially but {arm.serial_streamed} drawn in noise "
+            f"stream {arm.noise_stream!r}"
+        )
     prepare_all = arm.settings is not None and arm.settings.prepare_next_output
     in_scope = set(seeds if prepare_all else seeds[:1])
     records = {record.name: record for record in arm.records}
-    reasons = [f"prediction mismatch: {event}" for event in arm.prediction_events]
+    reasons += [f"prediction mismatch: {event}" for event in arm.prediction_events]
     for name, seed in arm.consumed:
         if seed not in in_scope:
             continue
@@ -375,9 +425,15 @@ def _prefix(index: int) -> str:
 
 
 class _Probes(contextlib.AbstractContextManager["_Probes"]):
-    """Outermost wrappers that record what the pipeline computed (and restore on exit)."""
+    """Outermost wrappers that record what the pipeline computed (and restore on exit).
 
-    def __init__(self) -> None:
+    `stream`: the arm's noise stream, in which the condition-noise fields are recomputed.
+    """
+
+    def __init__(self, stream: str = NATIVE) -> None:
+        self.stream = stream
+        self.serial_draws = 0
+        self.audio_calls: dict[int, dict[str, Any]] = {}
         self.per_seed: dict[int, dict[str, Any]] = {}
         self.uncompared: dict[int, list[str]] = {}
         self.drawn_on: dict[int, dict[str, str]] = {}
@@ -400,7 +456,13 @@ class _Probes(contextlib.AbstractContextManager["_Probes"]):
         cls = upstream.MiniMaxH3Pipeline
         build, initial = cls._build_denoise_inputs, cls._initial_noise
         condition = upstream.minimax_h3_imgvid_cond_noise_aug_rows
+        audio_condition = upstream.minimax_h3_audio_cond_noise_aug_rows
         probes = self
+
+        def used(name: str, seed: int) -> bool:
+            state = current_request()
+            record = state.records.get(f"{name}@{seed}") if state is not None else None
+            return record is not None and record.used
 
         def build_probe(pipe: Any, **kwargs: Any) -> dict[str, Any]:
             inputs = build(pipe, **kwargs)
@@ -414,6 +476,9 @@ class _Probes(contextlib.AbstractContextManager["_Probes"]):
             probes.request_state = probes.request_state or current_request()
             video, audio = initial(pipe, **kwargs)
             seed = int(kwargs["seed"])
+            probes.serial_draws += sum(
+                not used(name, seed) for name in ("initial_video_noise", "initial_audio_noise")
+            )
             probes.seeds.append(seed)
             probes.consumed += [("initial_video_noise", seed), ("initial_audio_noise", seed)]
             entry = probes.per_seed.setdefault(seed, {})
@@ -437,12 +502,25 @@ class _Probes(contextlib.AbstractContextManager["_Probes"]):
             probes.geometry.setdefault(
                 "condition_shapes", [list(map(int, s)) for s in kwargs["condition_shapes"]]
             )
-            return condition(clean_rows, **kwargs)
+            rows = condition(clean_rows, **kwargs)
+            if _draws_condition_noise(kwargs.get("noise_aug")) and not used(NOISE_FIELDS[2], seed):
+                probes.serial_draws += len(kwargs["condition_shapes"])
+            return rows
+
+        def audio_condition_probe(clean_rows: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+            rows = audio_condition(clean_rows, **kwargs)
+            if _draws_condition_noise(kwargs.get("noise_aug")):  # never prepared ahead
+                probes.audio_calls[int(kwargs["seed"])] = {"clean_rows": clean_rows, **kwargs}
+                probes.serial_draws += len(kwargs["condition_audio_t"])
+            return rows
 
         self._stack.enter_context(_patched(cls, "_build_denoise_inputs", build_probe))
         self._stack.enter_context(_patched(cls, "_initial_noise", initial_probe))
         self._stack.enter_context(
             _patched(upstream, "minimax_h3_imgvid_cond_noise_aug_rows", condition_probe)
+        )
+        self._stack.enter_context(
+            _patched(upstream, "minimax_h3_audio_cond_noise_aug_rows", audio_condition_probe)
         )
         return self
 
@@ -450,8 +528,6 @@ class _Probes(contextlib.AbstractContextManager["_Probes"]):
         self._stack.close()
 
     def result(self, output: Any, rng_before: Any, rng_after: Any) -> ArmResult:
-        from vllm_omni.diffusion.models.minimax_h3 import pipeline_minimax_h3 as upstream
-
         state = self.request_state
         records = dict(state.records) if state is not None else {}
         fields: dict[str, Any] = {}
@@ -467,13 +543,19 @@ class _Probes(contextlib.AbstractContextManager["_Probes"]):
                 if name == "visual_condition_noise":
                     tensor = self.prepared.get((name, seed)) if used else None
                     if tensor is None and seed in self.condition_calls:
-                        tensor = _upstream_condition_draw(upstream, self.condition_calls[seed])
+                        with draws_in_stream(self.stream):
+                            tensor = _upstream_condition_draw(self.condition_calls[seed])
                     if tensor is None:
                         continue
                 else:
                     tensor = entry.get(name)
                 fields[prefix + name] = tensor
                 drawn_on[prefix + name] = record.thread if used and record else threads[name]
+            if seed in self.audio_calls:
+                with draws_in_stream(self.stream):
+                    fields[prefix + AUDIO_CONDITION] = _upstream_condition_draw(
+                        self.audio_calls[seed], "minimax_h3_audio_cond_noise_aug_rows"
+                    )
             for key, value in entry.get("denoise", {}).items():
                 fields[prefix + key] = value
             uncompared += [prefix + u for u in self.uncompared.get(seed, [])]
@@ -495,6 +577,9 @@ class _Probes(contextlib.AbstractContextManager["_Probes"]):
             consumed=list(self.consumed),
             forward_thread=self.forward_thread,
             plugin_enabled=self.plugin_enabled,
+            noise_stream=self.stream,
+            serial_draws=self.serial_draws,
+            serial_streamed=state.serial_streamed if state is not None else 0,
         )
 
 
@@ -507,9 +592,12 @@ def _draws_condition_noise(noise_aug: Any) -> bool:
         return True  # upstream raises on it; the preparation verdict must not pass it silently
 
 
-def _upstream_condition_draw(upstream: Any, call: dict[str, Any]) -> torch.Tensor:
-    """Upstream's condition draw at `call`'s arguments: its mix on clean rows of -0.0, tau 0."""
-    original = plugin.original("minimax_h3_imgvid_cond_noise_aug_rows")
+def _upstream_condition_draw(
+    call: dict[str, Any], name: str = "minimax_h3_imgvid_cond_noise_aug_rows"
+) -> torch.Tensor:
+    """Upstream's condition draw at `call`'s arguments: its mix on clean rows of -0.0, tau 0
+    (`name`: the visual- or the audio-condition function)."""
+    original = plugin.original(name)
     clean = torch.full_like(call["clean_rows"], -0.0, dtype=torch.float32)
     kwargs = {k: v for k, v in call.items() if k not in ("clean_rows", "noise_aug")}
     return original(clean, noise_aug=0.0, **kwargs)

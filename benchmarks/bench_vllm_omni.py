@@ -13,12 +13,18 @@ the prompt), and the media encoder runs its cheap CPU stand-in. Measured per req
 
     .venv-vllm-omni/bin/python benchmarks/bench_vllm_omni.py \
         --json benchmarks/results/vllm_omni.json
+
+`--noise-stream x86|libm`: the plugin arm runs with `PRENOISE_VLLM_OMNI_NOISE_STREAM` set to it;
+the plain arm draws upstream's noise functions (only those, as the plugin's serial path does)
+inside `draws_in_stream`, i.e. what the stream costs on the request thread without the overlap.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import platform
 import statistics
 import tempfile
@@ -30,26 +36,32 @@ from typing import Any
 import torch
 
 from prenoise.integrations.vllm_omni import plugin
+from prenoise.integrations.vllm_omni.settings import NOISE_STREAM_ENV
 from prenoise.integrations.vllm_omni.standins import (
     StandInHooks,
     synthetic_image,
     synthetic_video,
 )
 from prenoise.integrations.vllm_omni.verification import H3Request, run_forward
+from prenoise.stream_mode import draws_in_stream
 
 
-def timed(fn: Callable[..., Any], sink: list[float]) -> Callable[..., Any]:
+def timed(fn: Callable[..., Any], sink: list[float], stream: str = "native") -> Callable[..., Any]:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         start = time.perf_counter()
+        mode = draws_in_stream(stream) if stream != "native" else contextlib.nullcontext()
         try:
-            return fn(*args, **kwargs)
+            with mode:
+                return fn(*args, **kwargs)
         finally:
             sink.append(time.perf_counter() - start)
 
     return wrapper
 
 
-def one_request(request: H3Request, plugin_on: bool, encoder_idle: float) -> dict[str, float]:
+def one_request(
+    request: H3Request, plugin_on: bool, encoder_idle: float, stream: str = "native"
+) -> dict[str, float]:
     from vllm_omni.diffusion.models.minimax_h3 import pipeline_minimax_h3 as upstream
 
     noise: list[float] = []
@@ -75,8 +87,9 @@ def one_request(request: H3Request, plugin_on: bool, encoder_idle: float) -> dic
         marks["plan_known"] = time.perf_counter()
         return prepared
 
-    cls._initial_noise = timed(initial, noise)
-    upstream.minimax_h3_imgvid_cond_noise_aug_rows = timed(condition, noise)
+    serial_stream = "native" if plugin_on else stream  # the plugin draws in it by itself
+    cls._initial_noise = timed(initial, noise, serial_stream)
+    upstream.minimax_h3_imgvid_cond_noise_aug_rows = timed(condition, noise, serial_stream)
     upstream.prepare_encoder_inputs = plan_probe
     try:
         start = time.perf_counter()
@@ -106,8 +119,10 @@ def main() -> None:
     parser.add_argument("--encoder-idle", type=float, default=0.6)
     parser.add_argument("--json", type=Path)
     parser.add_argument("--references", nargs="+", default=["image", "video"])
+    parser.add_argument("--noise-stream", default="native", choices=["native", "x86", "libm"])
     args = parser.parse_args()
     torch.set_num_threads(1)
+    os.environ[NOISE_STREAM_ENV] = args.noise_stream
     results: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as scratch:
         references = make_references(Path(scratch))
@@ -118,13 +133,23 @@ def main() -> None:
                 request = H3Request(
                     (reference,), seed=2101, duration=duration, width=1344, height=768, steps=1
                 )
-                one_request(request, True, args.encoder_idle)  # warm-up (imports, ffmpeg)
+                one_request(
+                    request, True, args.encoder_idle, args.noise_stream
+                )  # warm-up (imports, ffmpeg)
                 arms: dict[str, list[dict[str, float]]] = {"plain": [], "plugin": []}
                 for pair in range(args.pairs):
                     order = ("plain", "plugin") if pair % 2 == 0 else ("plugin", "plain")
                     for arm in order:
-                        arms[arm].append(one_request(request, arm == "plugin", args.encoder_idle))
-                row: dict[str, Any] = {"reference": kind, "duration_s": duration}
+                        arms[arm].append(
+                            one_request(
+                                request, arm == "plugin", args.encoder_idle, args.noise_stream
+                            )
+                        )
+                row: dict[str, Any] = {
+                    "reference": kind,
+                    "duration_s": duration,
+                    "noise_stream": args.noise_stream,
+                }
                 for metric in ("noise_on_request_thread_s", "window_s", "plan_to_first_step_s"):
                     for arm, runs in arms.items():
                         row[f"{arm}.{metric}"] = statistics.median(r[metric] for r in runs)

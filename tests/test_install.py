@@ -12,7 +12,6 @@ import importlib.metadata
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import zipfile
@@ -23,6 +22,7 @@ import pytest
 from blocked_imports import OPTIONAL_MODULES, REPO, run_python
 from prenoise import extras
 from prenoise.cli import main
+from source_tree import copy_package_source
 
 # -- (1) the base install ------------------------------------------------------------------------
 
@@ -314,15 +314,7 @@ def test_a_build_without_a_c_compiler_installs_without_the_kernel(tmp_path: Path
     """`CC=/bin/false pip wheel .` succeeds (the extension is optional) and leaves the kernel
     out; the installed wheel runs on torch. No network: no build isolation, no dependencies."""
     pytest.importorskip("setuptools")
-    source = tmp_path / "source"
-    source.mkdir()
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy(REPO / name, source / name)
-    shutil.copytree(
-        REPO / "src" / "prenoise",
-        source / "src" / "prenoise",
-        ignore=shutil.ignore_patterns("__pycache__", "*.so", "*.pyd"),
-    )
+    source = copy_package_source(tmp_path / "source")
     wheels = tmp_path / "wheels"
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
     build = subprocess.run(

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +18,8 @@ from pathlib import Path
 import pytest
 import tomllib
 
-REPO = Path(__file__).resolve().parents[2]
+from source_tree import REPO, copy_package_source
+
 PIP = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
 
 
@@ -40,15 +40,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The package as pip would get it: a wheel built from this tree (kernel included)."""
     pytest.importorskip("setuptools")
     root = tmp_path_factory.mktemp("wheel")
-    source = root / "source"
-    source.mkdir()
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy(REPO / name, source / name)
-    shutil.copytree(
-        REPO / "src" / "prenoise",
-        source / "src" / "prenoise",
-        ignore=shutil.ignore_patterns("__pycache__", "*.so", "*.pyd"),
-    )
+    source = copy_package_source(root / "source")
     # No build isolation: nothing is downloaded, the venv's own setuptools builds it.
     _run([*PIP, "wheel", "--no-build-isolation", "--no-deps", "-q", str(source), "-w", str(root)])
     (built,) = root.glob("prenoise-*.whl")

@@ -52,14 +52,14 @@ def test_the_verdict_names_what_keeps_it_inactive(environ: dict[str, str], verdi
 
 
 def test_unsupported_missing_or_unregistered(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(status, "_version", lambda name: "0.31.0")
+    monkeypatch.setattr(status, "installed_version", lambda name: "0.31.0")
     assert status.plugin_status({}).verdict == (
         "inactive: vllm-omni 0.31.0 is not supported (0.30.x)"
     )
     assert status.plugin_status({}).rows()[1] == ("vllm-omni", "0.31.0 (not supported)")
-    monkeypatch.setattr(status, "_version", lambda name: None)
+    monkeypatch.setattr(status, "installed_version", lambda name: None)
     assert status.plugin_status({}).verdict == "inactive: vllm-omni is not installed here"
-    monkeypatch.setattr(status, "_version", lambda name: "0.30.0")
+    monkeypatch.setattr(status, "installed_version", lambda name: "0.30.0")
     monkeypatch.setattr(status, "_entry_point", lambda: None)
     assert status.plugin_status({}).verdict == (
         "inactive: the entry point is not registered (reinstall prenoise)"

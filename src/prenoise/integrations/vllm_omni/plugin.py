@@ -147,7 +147,7 @@ def install(settings: PluginSettings | None = None) -> None:
     logger.info(
         "prenoise %s: overlapped noise preparation installed in MiniMax-H3 (vllm-omni %s; %s; "
         "pid %d)",
-        _version("prenoise"),
+        installed_version("prenoise"),
         _vllm_omni_version(),
         _describe(settings),
         os.getpid(),
@@ -405,10 +405,11 @@ def _is_upstream(fn: Any) -> bool:
 
 
 def _vllm_omni_version() -> str | None:
-    return _version("vllm-omni")
+    return installed_version("vllm-omni")
 
 
-def _version(distribution: str) -> str | None:
+def installed_version(distribution: str) -> str | None:
+    """`distribution`'s installed version from package metadata (nothing imported), or None."""
     try:
         return importlib.metadata.version(distribution)
     except importlib.metadata.PackageNotFoundError:

@@ -11,7 +11,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from prenoise.integrations.vllm_omni.plugin import SUPPORTED_VERSIONS
+from prenoise.integrations.vllm_omni.plugin import SUPPORTED_VERSIONS, installed_version
 from prenoise.integrations.vllm_omni.settings import PluginSettings, SettingsError
 
 __all__ = ["ENTRY_POINT_GROUP", "ENTRY_POINT_NAME", "PluginStatus", "plugin_status"]
@@ -30,11 +30,17 @@ class PluginStatus:
     """`module:function` registered under `vllm_omni.general_plugins` as `prenoise`."""
     allow_list: str | None
     """`VLLM_PLUGINS` (an allow-list by entry-point name), None when unset."""
-    settings: str
-    """The settings as their variables, or the error that makes the plugin install nothing."""
-    settings_valid: bool
-    noise_stream: str = "native"
-    """`PRENOISE_VLLM_OMNI_NOISE_STREAM`: the stream every MiniMax-H3 noise draw is drawn in."""
+    settings: PluginSettings | None
+    """The settings the next process reads; None when a value is invalid (`settings_error`)."""
+    settings_error: str | None = None
+    """Why the settings are invalid (the plugin then installs nothing); None when valid."""
+
+    @property
+    def settings_text(self) -> str:
+        """The settings as their variables, or the error that makes the plugin install nothing."""
+        if self.settings is None:
+            return f"{self.settings_error} (the plugin installs nothing)"
+        return self.settings.describe()
 
     @property
     def supported(self) -> bool:
@@ -60,11 +66,12 @@ class PluginStatus:
             return "inactive: the entry point is not registered (reinstall prenoise)"
         if not self.allowed:
             return f"inactive: VLLM_PLUGINS={self.allow_list!r} does not name 'prenoise'"
-        if not self.settings_valid:
-            return f"inactive: {self.settings}"
-        if self.settings.startswith("PRENOISE_VLLM_OMNI=0"):
+        if self.settings is None:
+            return f"inactive: {self.settings_text}"
+        if not self.settings.enabled:
             return "inactive: disabled by PRENOISE_VLLM_OMNI=0"
-        return f"active in every vLLM-Omni process (MiniMax-H3, stream {self.noise_stream})"
+        stream = self.settings.noise_stream
+        return f"active in every vLLM-Omni process (MiniMax-H3, stream {stream})"
 
     def rows(self) -> list[tuple[str, str]]:
         """`prenoise doctor`'s rows."""
@@ -75,34 +82,26 @@ class PluginStatus:
             ("vllm-omni", version if self.vllm_omni_version is None else f"{version} ({support})"),
             (f"entry point {ENTRY_POINT_GROUP}", self.entry_point or "not registered"),
             ("VLLM_PLUGINS", self.allow_list if self.allow_list is not None else "(unset)"),
-            ("plugin settings", self.settings),
+            ("plugin settings", self.settings_text),
         ]
 
 
 def plugin_status(environ: Mapping[str, str] | None = None) -> PluginStatus:
     """Read the plugin's status from package metadata and `environ` (default: os.environ)."""
     env = os.environ if environ is None else environ
-    stream = "native"
+    settings: PluginSettings | None = None
+    error: str | None = None
     try:
-        parsed = PluginSettings.from_env(env)
-        settings, valid, stream = parsed.describe(), True, parsed.noise_stream
-    except SettingsError as error:
-        settings, valid = f"{error} (the plugin installs nothing)", False
+        settings = PluginSettings.from_env(env)
+    except SettingsError as invalid:
+        error = str(invalid)
     return PluginStatus(
-        vllm_omni_version=_version("vllm-omni"),
+        vllm_omni_version=installed_version("vllm-omni"),
         entry_point=_entry_point(),
         allow_list=env.get("VLLM_PLUGINS"),
         settings=settings,
-        settings_valid=valid,
-        noise_stream=stream,
+        settings_error=error,
     )
-
-
-def _version(distribution: str) -> str | None:
-    try:
-        return importlib.metadata.version(distribution)
-    except importlib.metadata.PackageNotFoundError:
-        return None
 
 
 def _entry_point() -> str | None:

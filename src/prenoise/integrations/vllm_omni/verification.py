@@ -38,9 +38,8 @@ from __future__ import annotations
 import contextlib
 import copy
 import subprocess
-import threading
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -48,11 +47,17 @@ from typing import Any
 import torch
 
 from prenoise.integrations.vllm_omni import plugin
-from prenoise.integrations.vllm_omni.comparable import ComparableCopy
+from prenoise.integrations.vllm_omni.arm_probes import (
+    AUDIO_CONDITION,
+    NOISE_FIELDS,
+    ArmProbes,
+    ArmResult,
+    field_prefix,
+)
 from prenoise.integrations.vllm_omni.preflight import (
     reference_kind,
 )
-from prenoise.integrations.vllm_omni.request import DrawRecord, current_request, observe_draws
+from prenoise.integrations.vllm_omni.request import observe_draws
 from prenoise.integrations.vllm_omni.settings import (
     ENABLE_ENV,
     PluginSettings,
@@ -65,6 +70,8 @@ from prenoise.stream_mode import draws_in_stream
 from prenoise.verify import ComparisonReport, compare, nest_dotted
 
 __all__ = [
+    "AUDIO_CONDITION",
+    "NOISE_FIELDS",
     "ArmResult",
     "H3Request",
     "VerifyResult",
@@ -72,9 +79,6 @@ __all__ = [
     "run_forward",
     "verify_request",
 ]
-
-NOISE_FIELDS = ("initial_video_noise", "initial_audio_noise", "visual_condition_noise")
-AUDIO_CONDITION = "audio_condition_noise"
 
 
 @dataclass(frozen=True)
@@ -121,49 +125,6 @@ def multi_modal_data(references: Sequence[Path]) -> dict[str, Any]:
     return {kind: paths if len(paths) > 1 else paths[0] for kind, paths in grouped.items()}
 
 
-@dataclass
-class ArmResult:
-    """What one arm's pipeline computed, and where its noise was drawn."""
-
-    fields: dict[str, Any]
-    drawn_on: dict[str, str]
-    geometry: dict[str, Any]
-    output: Any
-    rng_before: Any
-    rng_after: Any
-    prediction_events: list[Any] = field(default_factory=list)
-    records: list[DrawRecord] = field(default_factory=list)
-    skipped: str | None = None
-    uncompared: list[str] = field(default_factory=list)
-    """`path: why` of each value `_build_denoise_inputs` returned that cannot be compared."""
-    preparation_opened: bool = False
-    """True if the plugin's `forward` wrapper opened a request preparation (plugin on)."""
-    settings: PluginSettings | None = None
-    """The settings the plugin's request preparation ran with (None: it opened none)."""
-    consumed: list[tuple[str, int]] = field(default_factory=list)
-    """`(noise field, seed)` for each noise the pipeline consumed, in order (the condition noise
-    only when upstream's mix needs a draw, i.e. `noise_aug` is not 1)."""
-    forward_thread: str = ""
-    """The thread `forward` ran on (prepared noise must have been drawn on another)."""
-    plugin_enabled: bool = True
-    """`PRENOISE_VLLM_OMNI` as the arm ran (False: the plugin's wrappers passed through)."""
-    noise_stream: str = NATIVE
-    """The noise stream the arm drew in (the plugin's setting; the whole `forward` when off)."""
-    serial_draws: int = 0
-    """Draws the pipeline made serially, on the request thread (not taken from prenoise)."""
-    serial_streamed: int = 0
-    """Of those, the draws prenoise drew in the named noise stream (`streams.run_serial`)."""
-
-    @property
-    def rng_unchanged(self) -> bool:
-        return not self.rng_before.differences(self.rng_after)
-
-    @property
-    def output_seeds(self) -> list[int]:
-        """The output seeds in the order the pipeline drew for them."""
-        return list(dict.fromkeys(seed for _, seed in self.consumed))
-
-
 def _install_state(plugin_on: bool) -> None:
     """Install or uninstall prenoise; raise if that did not take (an arm must be what it says).
 
@@ -202,7 +163,7 @@ def run_arm(request: H3Request, *, plugin_on: bool, hooks: StandInHooks | None =
         pipe = build_pipeline(hooks)
         forward_request = request.forward_request()
         whole = contextlib.nullcontext() if plugin_on else draws_in_stream(stream)
-        with _Probes(stream) as probes, observe_draws(probes.on_prepared):
+        with ArmProbes(stream) as probes, observe_draws(probes.on_prepared):
             rng_before = snapshot_global_rng()
             with whole:
                 output = pipe.forward(forward_request)
@@ -388,7 +349,7 @@ def _not_prepared_reasons(arm: ArmResult) -> list[str]:
     for name, seed in arm.consumed:
         if seed not in in_scope:
             continue
-        label = _prefix(seeds.index(seed)) + name
+        label = field_prefix(seeds.index(seed)) + name
         record = records.get(f"{name}@{seed}")
         if record is None:
             reasons.append(f"{label}: not drawn ahead (upstream's serial code drew it)")
@@ -402,212 +363,7 @@ def _not_prepared_reasons(arm: ArmResult) -> list[str]:
     return reasons
 
 
-def _plugin_enabled() -> bool:
-    """What the plugin's `forward` wrapper reads (an unknown value fails the arm there)."""
-    try:
-        return PluginSettings.from_env().enabled
-    except ValueError:
-        return True
-
-
 def _prepared_count(arm: ArmResult) -> str:
     taken = [r for r in arm.records if r.used]
     threads = sorted({r.thread for r in taken})
     return f"{len(taken)} noise tensors drawn on {', '.join(threads)} and used by the pipeline"
-
-
-def _prefix(index: int) -> str:
-    """Field-name prefix of output `index` (none for the first)."""
-    return "" if index == 0 else f"output{index}."
-
-
-# -- probes -------------------------------------------------------------------------------------
-
-
-class _Probes(contextlib.AbstractContextManager["_Probes"]):
-    """Outermost wrappers that record what the pipeline computed (and restore on exit).
-
-    `stream`: the arm's noise stream, in which the condition-noise fields are recomputed.
-    """
-
-    def __init__(self, stream: str = NATIVE) -> None:
-        self.stream = stream
-        self.serial_draws = 0
-        self.audio_calls: dict[int, dict[str, Any]] = {}
-        self.per_seed: dict[int, dict[str, Any]] = {}
-        self.uncompared: dict[int, list[str]] = {}
-        self.drawn_on: dict[int, dict[str, str]] = {}
-        self.prepared: dict[tuple[str, int], torch.Tensor] = {}
-        self.condition_calls: dict[int, dict[str, Any]] = {}
-        self.consumed: list[tuple[str, int]] = []
-        self.geometry: dict[str, Any] = {}
-        self.seeds: list[int] = []
-        self.request_state: Any = None
-        self.forward_thread = threading.current_thread().name
-        self.plugin_enabled = _plugin_enabled()
-        self._stack = contextlib.ExitStack()
-
-    def on_prepared(self, name: str, seed: int, tensor: torch.Tensor) -> None:
-        self.prepared[(name, seed)] = tensor
-
-    def __enter__(self) -> _Probes:
-        from vllm_omni.diffusion.models.minimax_h3 import pipeline_minimax_h3 as upstream
-
-        cls = upstream.MiniMaxH3Pipeline
-        build, initial = cls._build_denoise_inputs, cls._initial_noise
-        condition = upstream.minimax_h3_imgvid_cond_noise_aug_rows
-        audio_condition = upstream.minimax_h3_audio_cond_noise_aug_rows
-        probes = self
-
-        def used(name: str, seed: int) -> bool:
-            state = current_request()
-            record = state.records.get(f"{name}@{seed}") if state is not None else None
-            return record is not None and record.used
-
-        def build_probe(pipe: Any, **kwargs: Any) -> dict[str, Any]:
-            inputs = build(pipe, **kwargs)
-            seed = int(kwargs["seed"])
-            walk = ComparableCopy()
-            probes.per_seed.setdefault(seed, {})["denoise"] = walk.fields(inputs, "denoise")
-            probes.uncompared[seed] = walk.uncompared
-            return inputs
-
-        def initial_probe(pipe: Any, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
-            probes.request_state = probes.request_state or current_request()
-            video, audio = initial(pipe, **kwargs)
-            seed = int(kwargs["seed"])
-            probes.serial_draws += sum(
-                not used(name, seed) for name in ("initial_video_noise", "initial_audio_noise")
-            )
-            probes.seeds.append(seed)
-            probes.consumed += [("initial_video_noise", seed), ("initial_audio_noise", seed)]
-            entry = probes.per_seed.setdefault(seed, {})
-            entry["initial_video_noise"], entry["initial_audio_noise"] = video, audio
-            thread = threading.current_thread().name
-            probes.drawn_on.setdefault(seed, {}).update(
-                initial_video_noise=thread, initial_audio_noise=thread
-            )
-            if not probes.geometry:
-                probes.geometry.update({k: int(v) for k, v in kwargs.items() if k != "seed"})
-            return video, audio
-
-        def condition_probe(clean_rows: torch.Tensor, **kwargs: Any) -> torch.Tensor:
-            seed = int(kwargs["seed"])
-            probes.condition_calls[seed] = {"clean_rows": clean_rows, **kwargs}
-            if _draws_condition_noise(kwargs.get("noise_aug")):
-                probes.consumed.append(("visual_condition_noise", seed))
-            probes.drawn_on.setdefault(seed, {})["visual_condition_noise"] = (
-                threading.current_thread().name
-            )
-            probes.geometry.setdefault(
-                "condition_shapes", [list(map(int, s)) for s in kwargs["condition_shapes"]]
-            )
-            rows = condition(clean_rows, **kwargs)
-            if _draws_condition_noise(kwargs.get("noise_aug")) and not used(NOISE_FIELDS[2], seed):
-                probes.serial_draws += len(kwargs["condition_shapes"])
-            return rows
-
-        def audio_condition_probe(clean_rows: torch.Tensor, **kwargs: Any) -> torch.Tensor:
-            rows = audio_condition(clean_rows, **kwargs)
-            if _draws_condition_noise(kwargs.get("noise_aug")):  # never prepared ahead
-                probes.audio_calls[int(kwargs["seed"])] = {"clean_rows": clean_rows, **kwargs}
-                probes.serial_draws += len(kwargs["condition_audio_t"])
-            return rows
-
-        self._stack.enter_context(_patched(cls, "_build_denoise_inputs", build_probe))
-        self._stack.enter_context(_patched(cls, "_initial_noise", initial_probe))
-        self._stack.enter_context(
-            _patched(upstream, "minimax_h3_imgvid_cond_noise_aug_rows", condition_probe)
-        )
-        self._stack.enter_context(
-            _patched(upstream, "minimax_h3_audio_cond_noise_aug_rows", audio_condition_probe)
-        )
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stack.close()
-
-    def result(self, output: Any, rng_before: Any, rng_after: Any) -> ArmResult:
-        state = self.request_state
-        records = dict(state.records) if state is not None else {}
-        fields: dict[str, Any] = {}
-        drawn_on: dict[str, str] = {}
-        uncompared: list[str] = []
-        for index, seed in enumerate(dict.fromkeys(self.seeds)):
-            prefix = _prefix(index)
-            entry = self.per_seed.get(seed, {})
-            threads = self.drawn_on.get(seed, {})
-            for name in NOISE_FIELDS:
-                record = records.get(f"{name}@{seed}")
-                used = record is not None and record.used
-                if name == "visual_condition_noise":
-                    tensor = self.prepared.get((name, seed)) if used else None
-                    if tensor is None and seed in self.condition_calls:
-                        with draws_in_stream(self.stream):
-                            tensor = _upstream_condition_draw(self.condition_calls[seed])
-                    if tensor is None:
-                        continue
-                else:
-                    tensor = entry.get(name)
-                fields[prefix + name] = tensor
-                drawn_on[prefix + name] = record.thread if used and record else threads[name]
-            if seed in self.audio_calls:
-                with draws_in_stream(self.stream):
-                    fields[prefix + AUDIO_CONDITION] = _upstream_condition_draw(
-                        self.audio_calls[seed], "minimax_h3_audio_cond_noise_aug_rows"
-                    )
-            for key, value in entry.get("denoise", {}).items():
-                fields[prefix + key] = value
-            uncompared += [prefix + u for u in self.uncompared.get(seed, [])]
-        video, audio = output.output  # what forward returned: every output, decoded
-        fields["decoded.video"], fields["decoded.audio"] = video, audio
-        return ArmResult(
-            fields=fields,
-            drawn_on=drawn_on,
-            geometry=dict(self.geometry),
-            output=output,
-            rng_before=rng_before,
-            rng_after=rng_after,
-            prediction_events=list(state.prediction_events) if state is not None else [],
-            records=list(records.values()),
-            skipped=state.skipped if state is not None else None,
-            uncompared=uncompared,
-            preparation_opened=state is not None,
-            settings=state.settings if state is not None else None,
-            consumed=list(self.consumed),
-            forward_thread=self.forward_thread,
-            plugin_enabled=self.plugin_enabled,
-            noise_stream=self.stream,
-            serial_draws=self.serial_draws,
-            serial_streamed=state.serial_streamed if state is not None else 0,
-        )
-
-
-def _draws_condition_noise(noise_aug: Any) -> bool:
-    """Whether upstream's condition mix draws noise at `noise_aug` (it returns the clean rows
-    untouched at 1)."""
-    try:
-        return float(noise_aug) != 1.0
-    except (TypeError, ValueError):
-        return True  # upstream raises on it; the preparation verdict must not pass it silently
-
-
-def _upstream_condition_draw(
-    call: dict[str, Any], name: str = "minimax_h3_imgvid_cond_noise_aug_rows"
-) -> torch.Tensor:
-    """Upstream's condition draw at `call`'s arguments: its mix on clean rows of -0.0, tau 0
-    (`name`: the visual- or the audio-condition function)."""
-    original = plugin.original(name)
-    clean = torch.full_like(call["clean_rows"], -0.0, dtype=torch.float32)
-    kwargs = {k: v for k, v in call.items() if k not in ("clean_rows", "noise_aug")}
-    return original(clean, noise_aug=0.0, **kwargs)
-
-
-@contextlib.contextmanager
-def _patched(owner: Any, name: str, value: Any) -> Iterator[None]:
-    previous = owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)
-    setattr(owner, name, value)
-    try:
-        yield
-    finally:
-        setattr(owner, name, previous)

@@ -34,6 +34,7 @@ from prenoise.integrations.diffusers.patching import (
 )
 from prenoise.integrations.diffusers.plan import PlannedDraw, Unpredictable, call_generators
 from prenoise.integrations.diffusers.queue import ReplayQueue
+from prenoise.integrations.diffusers.raw_draws import CallWindow, active_window, call_window
 from prenoise.integrations.diffusers.registry import TESTED_DIFFUSERS_VERSIONS, planner_for
 from prenoise.integrations.diffusers.streams import (
     StreamTarget,
@@ -92,7 +93,8 @@ class CallReport:
     lists the prepared draws, `served` how many the pipeline consumed, `left_plan` why the rest
     were discarded (the generators were set back; the output is the plain call's either way),
     and `wait_s` the request thread's time blocked on prepared draws. `stream` is the noise
-    stream every draw of the call was made in (see `enable(pipe, stream=...)`). `setup_s` is the
+    stream every draw of the call was made in (see `enable(pipe, stream=...)`); `raw_in_stream`
+    counts the pipeline's own `torch.randn` draws made in it (`raw_draws.py`). `setup_s` is the
     request thread's time in prenoise before the pipeline's own call starts (planning, and for
     an overlapped call the executor's start and the submissions); `teardown_s` its time after
     the call returns (settling unconsumed draws, the executor's exit joining its worker). Times
@@ -109,6 +111,7 @@ class CallReport:
     stream: str = "native"
     setup_s: float = 0.0
     teardown_s: float = 0.0
+    raw_in_stream: int = 0
 
     @property
     def overhead_s(self) -> float:
@@ -169,13 +172,17 @@ def _plain_call(
     start: float,
     call: Callable[..., Any],
     stream: str,
+    window: CallWindow | None,
 ) -> tuple[Any, CallReport]:
     """The pipeline's own call (`call`: plain, or in the pipe's noise stream), reported."""
     name = original_class(pipe).__name__
     log_once(name, key, reason)
     setup_s = time.perf_counter() - start
-    report = CallReport(name, False, reason, stream=stream, setup_s=setup_s)
-    return call(pipe, *args, **kwargs), report
+    with active_window(window):
+        output = call(pipe, *args, **kwargs)
+    raw = window.served if window is not None else 0
+    report = CallReport(name, False, reason, stream=stream, setup_s=setup_s, raw_in_stream=raw)
+    return output, report
 
 
 def overlapped_call_with_report(pipe: Any, *args: Any, **kwargs: Any) -> tuple[Any, CallReport]:
@@ -191,19 +198,24 @@ def overlapped_call_with_report(pipe: Any, *args: Any, **kwargs: Any) -> tuple[A
     if stream != "native":  # every draw of the call in the stream, even on the plain path
         fallback = partial(stream_randn_tensor, stream)
         fall_through = partial(_plain_in_stream, plain, stream)
+    window = call_window(cls, pipe, stream)  # the pipeline's own torch.randn draws, if covered
     try:
         planned = plan_call(pipe, args, kwargs)
     except Unpredictable as why:
-        return _plain_call(pipe, args, kwargs, why.key, why.reason, start, fall_through, stream)
+        return _plain_call(
+            pipe, args, kwargs, why.key, why.reason, start, fall_through, stream, window
+        )
     try:
         queue = ReplayQueue(planned, stream, fallback)
     except ValueError as error:  # only a planned draw that cannot be built is a "draw" fallback
-        return _plain_call(pipe, args, kwargs, "draw", str(error), start, fall_through, stream)
+        return _plain_call(
+            pipe, args, kwargs, "draw", str(error), start, fall_through, stream, window
+        )
     _say_active_once(name, planned)
     with PreparationExecutor(name="prenoise-diffusers") as executor:
         queue.start(executor)
         try:
-            with replay_context(queue):
+            with replay_context(queue), active_window(window):
                 call_start = time.perf_counter()
                 output = plain(pipe, *args, **kwargs)
                 call_end = time.perf_counter()
@@ -232,6 +244,7 @@ def overlapped_call_with_report(pipe: Any, *args: Any, **kwargs: Any) -> tuple[A
         stream=stream,
         setup_s=call_start - start,
         teardown_s=end - call_end,
+        raw_in_stream=window.served if window is not None else 0,
     )
     return output, report
 

@@ -90,7 +90,10 @@ def _overlapped_subclass(cls: type) -> type:
 
                 return overlapped_call(self, *args, **kwargs)
 
+            from prenoise.integrations.diffusers.raw_draws import class_overrides
+
             namespace = {
+                **class_overrides(cls),  # opens a stream window after a method (raw_draws.py)
                 "__call__": __call__,
                 "__reduce_ex__": _reduce_ex,
                 _ORIGINAL: cls,
@@ -110,9 +113,10 @@ def enable(pipe: Any, stream: str = "native") -> Any:
     `pipe`. An enabled pipeline pickles and copies as an enabled pipeline. With
     `stream="native"` (default) outputs are unchanged bit for bit (see `overlapped_call`).
     `stream="x86"` or `"libm"` is an explicit opt-in to a named noise stream
-    (`prenoise.noise_streams`): the pipeline's `randn_tensor` draws are then what torch draws on
-    an x86 AVX2 / a libm (ARM) host, the same on every machine — different from local torch on
-    one of them. The stream is self-checked here: `NoiseStreamError` if refused.
+    (`prenoise.noise_streams`): the pipeline's `randn_tensor` draws (and the raw `torch.randn`
+    draws `raw_draws.py` covers) are then what torch draws on an x86 AVX2 / a libm (ARM) host,
+    the same on every machine — different from local torch on one of them. The stream is
+    self-checked here: `NoiseStreamError` if refused.
     """
     check_pipeline(pipe, "enable")
     from prenoise import noise_streams

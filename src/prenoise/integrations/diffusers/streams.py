@@ -2,10 +2,11 @@
 
 With a non-native stream every `randn_tensor` call the pipeline makes during a call — prepared
 on the worker, or drawn on the request thread when the call falls through to the plain path —
-is drawn in that stream (`prenoise.noise_streams`), never silently in local torch's. Only the
-draws made through diffusers' `randn_tensor` are covered (a pipeline that calls `torch.randn`
-itself is not); they need CPU generators (or none: then the default CPU generator), strided
-layout, and are moved to the requested device afterwards, as `randn_tensor` does.
+is drawn in that stream (`prenoise.noise_streams`), never silently in local torch's. Of the
+draws a pipeline makes with `torch.randn` itself only those `raw_draws.py` lists are covered (LTX
+image-to-video's decode noise); the README lists the rest. The draws need CPU generators (or
+none: then the default CPU generator), strided layout, and are moved to the requested device
+afterwards, as `randn_tensor` does.
 """
 
 from __future__ import annotations

@@ -699,7 +699,9 @@ def test_unpredictable_calls(
 def test_untested_version(pipe: FakePipe, caplog: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(diffusers, "__version__", "0.1.0")
     _, report = plain_report(pipe, caplog, generator=gen())
-    reason = "diffusers 0.1.0 is untested (plans checked on ['0.42.1'])"
+    reason = (
+        "diffusers 0.1.0 is untested (plans checked on ['0.40.0', '0.41.0', '0.42.0', '0.42.1'])"
+    )
     assert report.reason == reason and warned(caplog) == [warning_for(reason)]
     assert call_module._logged == {("FakePipe", "version")}
 

@@ -9,7 +9,8 @@
 
 Unpredictable calls run the plain call; the reason is a warning (once per pipeline class and
 reason) on the logger "prenoise.integrations.diffusers", and active overlap is said once per class
-at INFO. Tested with diffusers 0.42.1 (`TESTED_DIFFUSERS_VERSIONS`).
+at INFO. Supported: diffusers 0.40.0, 0.41.0, 0.42.0 and 0.42.1 (`TESTED_DIFFUSERS_VERSIONS`);
+any other version runs every call plain.
 """
 
 from prenoise.integrations.diffusers.call import (

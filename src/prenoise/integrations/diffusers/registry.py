@@ -23,8 +23,11 @@ from prenoise.integrations.diffusers.plan import BoundCall, PlannedDraw
 
 __all__ = ["TESTED_DIFFUSERS_VERSIONS", "Planner", "planner_for", "register_plan", "supported"]
 
-TESTED_DIFFUSERS_VERSIONS = frozenset({"0.42.1"})
-"""diffusers versions whose draw order the plans were checked on (others fall through)."""
+TESTED_DIFFUSERS_VERSIONS = frozenset({"0.40.0", "0.41.0", "0.42.0", "0.42.1"})
+"""The diffusers releases whose draw code the plans were checked on: every release from 0.40.0
+(vLLM-Omni 0.30.0's pin) to 0.42.1, as exact versions (a later patch release falls through until
+it is checked). The plans are the same on all four (tests/integrations/test_diffusers_versions.py
+records the reviewed source digests); `make test` runs the bitwise tests on 0.40.0 and 0.42.1."""
 
 Planner = Callable[[Any, BoundCall, tuple[torch.Generator, ...]], list[PlannedDraw]]
 

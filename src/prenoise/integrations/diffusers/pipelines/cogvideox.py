@@ -1,4 +1,4 @@
-"""CogVideoX: `CogVideoXPipeline` and `CogVideoXImageToVideoPipeline` (0.42.1).
+"""CogVideoX: `CogVideoXPipeline` and `CogVideoXImageToVideoPipeline` (diffusers 0.40.0–0.42.1).
 
 The noise is frames-first, `(B, F', C, H//s, W//s)`, in the prompt dtype, with `F'` counted after
 `__call__` pads the frames to the transformer's `patch_size_t` (image-to-video adds

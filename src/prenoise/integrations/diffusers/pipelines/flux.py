@@ -1,7 +1,9 @@
-"""`FluxPipeline` (0.42.1): one noise draw `(B, C/4, 2·(H//2s), 2·(W//2s))` in the prompt dtype.
+"""`FluxPipeline`: one noise draw `(B, C/4, 2·(H//2s), 2·(W//2s))` in the prompt dtype.
 
 The dtype is `prompt_embeds.dtype` after encoding: the caller's `prompt_embeds` dtype when given,
 else `text_encoder_2.dtype`. The noise is packed after the draw; nothing else draws.
+
+Checked on diffusers 0.40.0–0.42.1 (the draw code is the same in all four releases).
 """
 
 from __future__ import annotations

@@ -1,9 +1,11 @@
-"""`HunyuanVideoPipeline` (0.42.1): one float32 noise draw `(B, C, (F-1)//t+1, H//s, W//s)`.
+"""`HunyuanVideoPipeline`: one float32 noise draw `(B, C, (F-1)//t+1, H//s, W//s)`.
 
 `B` is the prompt count times `num_videos_per_prompt`, `C` the transformer's `in_channels`, `t` and
 `s` the VAE's temporal and spatial compression; `F`, `H`, `W` are used as given (the pipeline does
 not round them). The draw comes after both prompt encoders. The flow-matching scheduler is stepped
 without the generator and the VAE decodes without sampling, so nothing else draws.
+
+Checked on diffusers 0.40.0–0.42.1 (the draw code is the same in all four releases).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""LTX-Video 0.9.x: `LTXPipeline` and `LTXImageToVideoPipeline` (0.42.1).
+"""LTX-Video 0.9.x: `LTXPipeline` and `LTXImageToVideoPipeline` (diffusers 0.40.0–0.42.1).
 
 `LTXPipeline` draws the float32 noise `(B, C, (F-1)//t+1, H//s, W//s)` after prompt encoding,
 and — when the output is decoded by a VAE with `timestep_conditioning` — the decode noise of the

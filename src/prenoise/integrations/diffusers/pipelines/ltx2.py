@@ -1,4 +1,4 @@
-"""LTX-2 (video + audio): `LTX2Pipeline` (0.42.1).
+"""LTX-2 (video + audio): `LTX2Pipeline` (diffusers 0.40.0–0.42.1).
 
 After prompt encoding and the text connectors, a call draws, from the caller's generator(s):
 

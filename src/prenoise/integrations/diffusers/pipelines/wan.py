@@ -1,8 +1,10 @@
-"""Wan 2.1 / 2.2 (A14B and TI2V-5B): `WanPipeline` and `WanImageToVideoPipeline` (0.42.1).
+"""Wan 2.1 / 2.2 (A14B and TI2V-5B): `WanPipeline` and `WanImageToVideoPipeline`.
 
 Both draw one float32 noise tensor `(B, C, (F-1)//t+1, H//s, W//s)` after prompt (and image)
 encoding and nothing else from the generator: the image-to-video VAE encode uses argmax mode.
 `F`, `H`, `W` are first rounded the way `__call__` rounds them.
+
+Checked on diffusers 0.40.0–0.42.1 (the draw code is the same in all four releases).
 """
 
 from __future__ import annotations

@@ -1,0 +1,213 @@
+"""The diffusers versions the integration supports: their draw code is the code the plans and
+raw-draw windows were checked on, and the `[diffusers]` extra accepts exactly that range.
+
+A plan never needs to be right for the output to be right (the replay queue checks each draw),
+but the overlap is only safe if the caller's generator is drawn by nothing but the planned draws
+while they are prepared. What decides that is each planned class's `__call__` and the draw code
+it reaches: `prepare_latents`, `retrieve_latents`, the VAE posteriors' `sample`, `randn_tensor`.
+Their source digests (docstrings and return annotations dropped, `ast.unparse`-normalized) are
+recorded here per diffusers release; a release is supported only where every digest was
+reviewed. Differences reviewed between releases (none touches a draw, a generator or a shape):
+0.41.0 moves the text-encoder, image-encoder and VAE inputs of Wan, Wan I2V and Flux to
+`get_module_execution_device(...)`, passes step kwargs to Wan's `cache_context`, and calls
+`scheduler.set_begin_index(0)` in HunyuanVideo; 0.42.0 adds LTX-2's `motion_speed` (positional
+embeddings only; a call passing it to an older release does not bind and runs the plain call).
+`make test` runs all of tests/integrations on 0.42.1 (`.venv`) and on 0.40.0 (`.venv-vllm-omni`,
+`make pytest-diffusers-0.40`); 0.41.0 and 0.42.0 passed the same suite once, with the release's
+wheel unpacked ahead of the main venv's diffusers on `PYTHONPATH` (README, diffusers section).
+
+The extra: `pip install --dry-run` of `prenoise[diffusers]` into each venv resolves with nothing
+but the local prenoise to install (`--no-index`: no other distribution could be installed, so
+the installed diffusers must satisfy the extra), i.e. installing the extra moves no diffusers.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import importlib
+import inspect
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import tomllib
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+pytest.importorskip("diffusers")
+
+import diffusers
+
+from prenoise.integrations.diffusers import TESTED_DIFFUSERS_VERSIONS, supported
+from prenoise.integrations.diffusers.raw_draws import windows
+
+REPO = Path(__file__).resolve().parents[2]
+ALL = ("0.40.0", "0.41.0", "0.42.0", "0.42.1")
+P = "diffusers.pipelines."
+M = "diffusers.models.autoencoders."
+
+# "module:qualname" -> {digest: releases whose source has that digest}
+DRAW_CODE: dict[str, dict[str, tuple[str, ...]]] = {
+    "diffusers.utils.torch_utils:randn_tensor": {"4757aa79ad39": ALL},
+    M + "vae:DiagonalGaussianDistribution.sample": {"9e2623826684": ALL},
+    M + "autoencoder_oobleck:OobleckDiagonalGaussianDistribution.sample": {"9e2623826684": ALL},
+    P + "wan.pipeline_wan:WanPipeline.__call__": {
+        "f766caf86b92": ("0.40.0",),
+        "9a7d92e9c84c": ("0.41.0", "0.42.0", "0.42.1"),
+    },
+    P + "wan.pipeline_wan:WanPipeline.prepare_latents": {"b3e55fffe3f4": ALL},
+    P + "wan.pipeline_wan_i2v:WanImageToVideoPipeline.__call__": {
+        "d09a4d3359de": ("0.40.0",),
+        "2672b038bb0a": ("0.41.0", "0.42.0", "0.42.1"),
+    },
+    P + "wan.pipeline_wan_i2v:WanImageToVideoPipeline.prepare_latents": {
+        # the image condition: `.to(dtype)` on 0.40.0, `.to(device, dtype)` from 0.41.0
+        "67ae4b552588": ("0.40.0",),
+        "c7aa1a75861b": ("0.41.0", "0.42.0", "0.42.1"),
+    },
+    P + "flux.pipeline_flux:FluxPipeline.__call__": {
+        "bcb61c74c60c": ("0.40.0",),
+        "7e0991c1ba0d": ("0.41.0", "0.42.0", "0.42.1"),
+    },
+    P + "flux.pipeline_flux:FluxPipeline.prepare_latents": {"a24bcef6f1ff": ALL},
+    P + "ltx.pipeline_ltx:LTXPipeline.__call__": {"eb83a266096c": ALL},
+    P + "ltx.pipeline_ltx:LTXPipeline.prepare_latents": {"3971778c5b04": ALL},
+    P + "ltx.pipeline_ltx_image2video:LTXImageToVideoPipeline.__call__": {"ddbf8dac72e0": ALL},
+    P + "ltx.pipeline_ltx_image2video:LTXImageToVideoPipeline.prepare_latents": {
+        "c596e9556ea9": ALL
+    },
+    P + "ltx.pipeline_ltx_image2video:LTXImageToVideoPipeline._denormalize_latents": {
+        "c08fce9e9bee": ALL  # opens the decode-noise window (raw_draws.py)
+    },
+    P + "ltx.pipeline_ltx_image2video:retrieve_latents": {"07a30101d3ee": ALL},
+    P + "cogvideo.pipeline_cogvideox:CogVideoXPipeline.__call__": {"03672fc5b76a": ALL},
+    P + "cogvideo.pipeline_cogvideox:CogVideoXPipeline.prepare_latents": {"91796bc04e4b": ALL},
+    P + "cogvideo.pipeline_cogvideox_image2video:CogVideoXImageToVideoPipeline.__call__": {
+        "6f4a6b4d0a69": ALL
+    },
+    P + "cogvideo.pipeline_cogvideox_image2video:CogVideoXImageToVideoPipeline.prepare_latents": {
+        "32b975990bc3": ALL
+    },
+    P + "cogvideo.pipeline_cogvideox_image2video:retrieve_latents": {"07a30101d3ee": ALL},
+    P + "hunyuan_video.pipeline_hunyuan_video:HunyuanVideoPipeline.__call__": {
+        "bc543b4ff3d0": ("0.40.0",),
+        "ced7430c0b68": ("0.41.0", "0.42.0", "0.42.1"),
+    },
+    P + "hunyuan_video.pipeline_hunyuan_video:HunyuanVideoPipeline.prepare_latents": {
+        "4a5a185e3639": ALL
+    },
+    P + "stable_audio.pipeline_stable_audio:StableAudioPipeline.__call__": {"ece1c2238c3d": ALL},
+    P + "stable_audio.pipeline_stable_audio:StableAudioPipeline.prepare_latents": {
+        "47e488f7be60": ALL
+    },
+    P + "ltx2.pipeline_ltx2:LTX2Pipeline.__call__": {
+        "55c52927db9a": ("0.40.0", "0.41.0"),
+        "4566cab05d6a": ("0.42.0", "0.42.1"),
+    },
+    P + "ltx2.pipeline_ltx2:LTX2Pipeline.prepare_latents": {"ffcd5d6ad1f8": ALL},
+    P + "ltx2.pipeline_ltx2:LTX2Pipeline.prepare_audio_latents": {"9e63f4b302ef": ALL},
+    P + "ltx2.pipeline_ltx2:LTX2Pipeline._create_noised_state": {"61db48afafc8": ALL},
+}
+
+VERSION = diffusers.__version__
+supported_here = pytest.mark.skipif(
+    VERSION not in TESTED_DIFFUSERS_VERSIONS, reason=f"diffusers {VERSION} is not supported"
+)
+
+
+def code_digest(source: str, qualname: str) -> str:
+    """Digest of the function `qualname` in `source`: docstring and return annotation dropped."""
+    node: ast.AST = ast.parse(source)
+    for part in qualname.split("."):
+        node = next(
+            n
+            for n in node.body  # type: ignore[attr-defined]
+            if isinstance(n, ast.ClassDef | ast.FunctionDef) and n.name == part
+        )
+    assert isinstance(node, ast.FunctionDef)
+    first = node.body[0]
+    if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+        node.body = node.body[1:]
+    node.returns = None
+    return hashlib.sha256(ast.unparse(node).encode()).hexdigest()[:12]
+
+
+def test_every_supported_release_has_every_digest_reviewed() -> None:
+    assert set(ALL) == TESTED_DIFFUSERS_VERSIONS
+    for key, digests in DRAW_CODE.items():
+        releases = [v for vs in digests.values() for v in vs]
+        assert sorted(releases) == sorted(TESTED_DIFFUSERS_VERSIONS), key
+
+
+@supported_here
+@pytest.mark.parametrize("key", sorted(DRAW_CODE))
+def test_the_installed_draw_code_is_the_reviewed_code(key: str) -> None:
+    module_name, qualname = key.split(":")
+    source = inspect.getsource(importlib.import_module(module_name))
+    digest = code_digest(source, qualname)
+    releases = DRAW_CODE[key].get(digest, ())
+    assert VERSION in releases, (
+        f"{key} on diffusers {VERSION} has digest {digest}, reviewed: {DRAW_CODE[key]}"
+    )
+
+
+@supported_here
+def test_every_planned_and_windowed_class_exists_and_is_covered_here() -> None:
+    covered = {key.split(":")[1].split(".")[0] for key in DRAW_CODE}
+    for path in {*supported(), *windows()}:
+        module_name, name = path.rsplit(".", 1)
+        assert inspect.isclass(getattr(importlib.import_module(module_name), name)), path
+        assert name in covered, f"{path}: its __call__ has no reviewed digest"
+
+
+def test_the_extra_accepts_exactly_the_supported_range() -> None:
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    (requirement,) = extras["diffusers"]
+    assert requirement.startswith("diffusers")
+    spec = SpecifierSet(requirement.removeprefix("diffusers"))
+    versions = sorted(Version(v) for v in TESTED_DIFFUSERS_VERSIONS)
+    assert all(v in spec for v in versions)
+    assert {str(s) for s in spec} == {f">={versions[0]}", f"<={versions[-1]}"}
+
+
+VENVS = {
+    "this venv": Path(sys.executable),
+    ".venv-vllm-omni": REPO / ".venv-vllm-omni" / "bin" / "python",
+}
+
+
+def installed_diffusers(python: Path) -> str:
+    code = "import importlib.metadata as m; print(m.version('diffusers'))"
+    return subprocess.run(
+        [str(python), "-c", code], capture_output=True, text=True, check=True, timeout=60
+    ).stdout.strip()
+
+
+@pytest.mark.parametrize("venv", sorted(VENVS))
+def test_installing_the_extra_moves_no_installed_diffusers(venv: str, tmp_path: Path) -> None:
+    python = VENVS[venv]
+    if venv != "this venv" and python.parents[1].resolve() == Path(sys.prefix).resolve():
+        pytest.skip(f"{venv} is this venv (checked once)")
+    if not python.exists():
+        pytest.skip(f"{venv} does not exist (make setup-vllm-omni)")
+    before = installed_diffusers(python)
+    assert before in TESTED_DIFFUSERS_VERSIONS, f"{venv} has diffusers {before}"
+    report = tmp_path / "report.json"
+    pip = [str(python), "-m", "pip", "install", "--dry-run", "--no-index", "--no-build-isolation"]
+    options = ["--disable-pip-version-check", "-q", "--report", str(report)]
+    done = subprocess.run(
+        [*pip, *options, "-e", f"{REPO}[diffusers]", "torch==2.13.0"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    install = json.loads(report.read_text())["install"]
+    assert [item["metadata"]["name"] for item in install] == ["prenoise"]
+    assert install[0]["requested"] and "diffusers" in install[0]["metadata"]["provides_extra"]
+    assert installed_diffusers(python) == before

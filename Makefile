@@ -8,7 +8,7 @@ STAMP := $(VENV)/.prenoise-installed
 export HF_HUB_OFFLINE := 1
 
 .PHONY: setup demo test lint typecheck pytest clean setup-vllm-omni pytest-vllm-omni \
-	aarch64-tools aarch64-stream-digest mutation
+	pytest-diffusers-0.40 aarch64-tools aarch64-stream-digest mutation
 
 setup: $(STAMP)
 
@@ -47,7 +47,7 @@ VLLM_OMNI_DEPS := aenum==3.1.16 'transformers>=5.13,<5.15' diffusers==0.40.0 cac
 	'fastapi>=0.133,<0.137' 'openai>=2.25.0' openai-harmony 'llguidance>=1.7,<1.8' apache-tvm-ffi \
 	numpy packaging regex psutil pydantic cbor2 pyzmq urllib3 aiohttp requests pillow pybase64 \
 	cachetools msgspec cloudpickle uvloop py-cpuinfo prometheus_client partial-json-parser tiktoken \
-	loguru einops omegaconf prettytable av soundfile pytest hypothesis
+	loguru einops omegaconf prettytable av soundfile pytest hypothesis torchsde==0.2.6
 
 setup-vllm-omni: $(VLLM_STAMP)
 
@@ -65,6 +65,12 @@ $(VLLM_STAMP): pyproject.toml Makefile
 
 pytest-vllm-omni: $(VLLM_STAMP)
 	$(VLLM_PY) -m pytest tests/vllm_omni_plugin
+
+# The diffusers integration on diffusers 0.40.0 (vLLM-Omni's pin; `pytest` runs it on 0.42.1): all
+# of tests/integrations, ~25 s idle. torchsde (a vllm-omni dependency) runs StableAudio's cosine
+# scheduler tests.
+pytest-diffusers-0.40: $(VLLM_STAMP)
+	$(VLLM_PY) -m pytest tests/integrations
 
 # The noise streams on aarch64, emulated: the kernel's C core + stream_dump.c cross-compiled
 # (static, same flags as the extension) and run under qemu-user (tests/test_aarch64_streams.py).
@@ -96,7 +102,7 @@ aarch64-stream-digest: aarch64-tools $(AARCH64_DUMP)
 	@QEMU_CPU=$(QEMU_CPU) qemu-aarch64-static $(AARCH64_DUMP) $(STREAM) $(SEED) $(COUNT) \
 		$(DTYPE) | sha256sum | cut -d' ' -f1
 
-test: lint typecheck aarch64-tools pytest pytest-vllm-omni
+test: lint typecheck aarch64-tools pytest pytest-vllm-omni pytest-diffusers-0.40
 
 # Mutation testing (not part of `make test`; it takes long): mutmut, pinned, runs per module in
 # build/mutation/<module>/ against that module's tests (scripts/mutation.py lists both).

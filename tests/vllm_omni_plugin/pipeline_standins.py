@@ -53,11 +53,20 @@ def _torchvision_stub() -> Iterator[None]:
 
 
 def import_wan() -> tuple[ModuleType, ModuleType]:
-    """vLLM-Omni's Wan2.2 T2V and I2V pipeline modules."""
+    """vLLM-Omni's Wan2.2 T2V and I2V pipeline modules (VACE's and S2V's imported too)."""
     with _torchvision_stub():
-        t2v = importlib.import_module("vllm_omni.diffusion.models.wan2_2.pipeline_wan2_2")
-        i2v = importlib.import_module("vllm_omni.diffusion.models.wan2_2.pipeline_wan2_2_i2v")
-    return t2v, i2v
+        for name in (
+            "pipeline_wan2_2",
+            "pipeline_wan2_2_i2v",
+            "pipeline_wan2_2_vace",
+            "pipeline_wan2_2_s2v",
+        ):
+            importlib.import_module("vllm_omni.diffusion.models.wan2_2." + name)
+    modules = sys.modules
+    return modules[_WAN + "pipeline_wan2_2"], modules[_WAN + "pipeline_wan2_2_i2v"]
+
+
+_WAN = "vllm_omni.diffusion.models.wan2_2."
 
 
 class _Tokenizer:

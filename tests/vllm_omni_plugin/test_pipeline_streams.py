@@ -235,6 +235,22 @@ def test_another_plugins_name_makes_its_pipeline_uncovered(
         qwen.QwenImagePipeline.forward(object(), SimpleNamespace())
 
 
+def test_a_pipeline_prenoise_does_not_cover_is_refused_in_a_stream(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Wan2.2 S2V (clip generators on the pipeline's device, a scheduler draw prenoise does not
+    hook): a named stream refuses its requests; native runs upstream's forward."""
+    standins.import_wan()
+    s2v = sys.modules["vllm_omni.diffusion.models.wan2_2.pipeline_wan2_2_s2v"]
+    pipelines.install_stream_hooks()
+    monkeypatch.setenv(NOISE_STREAM_ENV, "libm")
+    with pytest.raises(NoiseStreamError, match="noise is not drawn in noise streams"):
+        s2v.Wan22S2VPipeline.forward(object(), None)
+    monkeypatch.setenv(NOISE_STREAM_ENV, "native")
+    with pytest.raises(AttributeError):  # upstream's own forward ran (and met a bare object)
+        s2v.Wan22S2VPipeline.forward(object(), SimpleNamespace())
+
+
 # -- Wan2.2 T2V prepared ahead ------------------------------------------------------------------
 
 

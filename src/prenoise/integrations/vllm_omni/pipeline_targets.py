@@ -21,12 +21,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["AHEAD", "DRAW", "ENTRY", "TARGETS", "StreamTarget"]
+__all__ = ["AHEAD", "DRAW", "ENTRY", "NOT_COVERED", "PIPELINES", "TARGETS", "StreamTarget"]
 
 ENTRY = "entry"
 """Kind: a pipeline class's `forward` (marks the pipeline's scope; refuses an uncovered one)."""
 AHEAD = "ahead"
 """Kind: an entry that also prepares the first draw ahead (`wan_ahead`)."""
+NOT_COVERED = "not covered"
+"""Kind: the `forward` of a pipeline whose draws prenoise does not put in a stream: a named
+stream refuses its requests (never silently native)."""
 DRAW = "draw"
 """Kind: a module-level function that draws (`randn_tensor`, or a function of the module's own)."""
 
@@ -71,7 +74,7 @@ def _randn(pipeline: str, module: str, draws: str) -> StreamTarget:
     return StreamTarget(pipeline, _M + module, "randn_tensor", DRAW, draws)
 
 
-WAN_T2V = "Wan2.2 T2V/TI2V"
+WAN_T2V = "Wan2.2 T2V/TI2V/VACE"
 LTX2 = "LTX-2"
 STABLE_AUDIO = "Stable Audio"
 
@@ -80,8 +83,19 @@ TARGETS: tuple[StreamTarget, ...] = (
     _randn(
         WAN_T2V,
         "wan2_2.pipeline_wan2_2",
-        "Wan22Pipeline.prepare_latents: initial latents (T2V and TI2V); Wan22Pipeline.diffuse "
-        "(FastWan DMD checkpoints): per-step noise",
+        "Wan22Pipeline.prepare_latents: initial latents (T2V, TI2V, and VACE, which inherits "
+        "it); Wan22Pipeline.diffuse (FastWan DMD checkpoints): per-step noise",
+    ),
+    _entry(WAN_T2V, "wan2_2.pipeline_wan2_2_vace", "Wan22VACEPipeline"),
+    StreamTarget(
+        "Wan2.2 S2V",
+        _M + "wan2_2.pipeline_wan2_2_s2v",
+        "forward",
+        NOT_COVERED,
+        "its per-clip generators are made on the pipeline's device and its scheduler is given "
+        "them (a draw in diffusers' scheduler module, not hooked)",
+        "Wan22S2VPipeline",
+        None,
     ),
     _entry("Wan2.2 I2V", "wan2_2.pipeline_wan2_2_i2v", "Wan22I2VPipeline"),
     _randn("Wan2.2 I2V", "wan2_2.pipeline_wan2_2_i2v", "Wan22I2VPipeline.prepare_latents"),
@@ -180,5 +194,7 @@ TARGETS: tuple[StreamTarget, ...] = (
 """Every hooked name. If any name of a pipeline is missing or was replaced by another plugin,
 that pipeline is *uncovered*: its requests in a named stream fail rather than mix streams."""
 
-PIPELINES: tuple[str, ...] = tuple(dict.fromkeys(t.pipeline for t in TARGETS))
+PIPELINES: tuple[str, ...] = tuple(
+    dict.fromkeys(t.pipeline for t in TARGETS if t.kind != NOT_COVERED)
+)
 """The covered pipelines, in table order."""

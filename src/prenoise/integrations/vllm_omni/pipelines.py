@@ -43,7 +43,8 @@ from prenoise.integrations.vllm_omni import wan_ahead
 from prenoise.integrations.vllm_omni.import_hooks import AfterImport
 from prenoise.integrations.vllm_omni.pipeline_targets import (
     AHEAD,
-    ENTRY,
+    DRAW,
+    NOT_COVERED,
     PIPELINES,
     TARGETS,
     StreamTarget,
@@ -248,7 +249,7 @@ def _is_own_function(fn: Any, module: ModuleType) -> bool:
 
 
 def _make_hook(target: StreamTarget, upstream: Callable[..., Any]) -> Callable[..., Any]:
-    if target.kind in (ENTRY, AHEAD):
+    if target.kind != DRAW:
 
         @functools.wraps(upstream)
         def entry(*args: Any, **kwargs: Any) -> Any:
@@ -287,6 +288,12 @@ def _enter(
     if settings is None or not settings.enabled:
         return upstream(*args, **kwargs)
     if settings.noise_stream != noise_streams.NATIVE:
+        if target.kind == NOT_COVERED:
+            raise NoiseStreamError(
+                f"prenoise: PRENOISE_VLLM_OMNI_NOISE_STREAM={settings.noise_stream}: "
+                f"{target.pipeline}'s noise is not drawn in noise streams ({target.draws}); use "
+                "the native stream"
+            )
         _refuse_uncovered(target.pipeline, settings.noise_stream)
         noise_streams.require_usable(settings.noise_stream)
     token = _scope.set(target.pipeline)

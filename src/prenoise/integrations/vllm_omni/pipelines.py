@@ -126,7 +126,10 @@ def install_stream_hooks(
             state.finder.install()
         hooked_now = len({h.target.module for h in state.hooked})
     stream = settings.noise_stream if settings is not None else "(read per request)"
-    logger.info(
+    # INFO only where it changes draws (a named stream): the install line is the INFO line
+    level = logging.DEBUG if stream == noise_streams.NATIVE else logging.INFO
+    logger.log(
+        level,
         "prenoise: noise-stream hooks ready for %s (noise stream %s; %d module(s) hooked now, "
         "the others when vLLM-Omni imports them)",
         ", ".join(dict.fromkeys(t.pipeline for t in chosen)),

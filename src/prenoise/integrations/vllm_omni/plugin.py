@@ -41,6 +41,7 @@ import torch
 
 from prenoise.env import EnvVarError, check_environment
 from prenoise.integrations.vllm_omni.logs import route_to_vllm_logging
+from prenoise.integrations.vllm_omni.pipelines import install_stream_hooks, uninstall_stream_hooks
 from prenoise.integrations.vllm_omni.request import (
     ConditionKey,
     InitialNoiseKey,
@@ -111,6 +112,9 @@ def register() -> None:
         )
         return
     install(settings)
+    # vLLM-Omni's other pipelines (Wan2.2, LTX-2, HunyuanVideo-1.5, Qwen-Image, Stable Audio):
+    # their draws in the named noise stream, Wan2.2 T2V's prepared ahead; independent of H3's.
+    install_stream_hooks(settings)
 
 
 def is_installed() -> bool:
@@ -171,8 +175,11 @@ def uninstall() -> None:
     Refuses, and says so once, if another plugin wrapped prenoise's wrappers since: restoring
     upstream's functions would silently drop that plugin's patch. prenoise's wrappers keep
     calling upstream's functions after an uninstall (a request in flight finishes normally).
+    The other pipelines' stream hooks (`pipelines.install_stream_hooks`) are restored too.
     """
     from vllm_omni.diffusion.models.minimax_h3 import pipeline_minimax_h3 as upstream
+
+    uninstall_stream_hooks()
 
     with _lock:
         if not _originals:

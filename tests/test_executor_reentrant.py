@@ -118,9 +118,16 @@ def test_takes_that_can_return_are_still_served_on_workers() -> None:
         prep.submit("first", lambda: noise(1))
         second = prep.submit("second", lambda: prep.take("first"))  # 'first' ran before it
         assert bitwise_equal(prep.take(second), noise(1))
+    b_submitted = threading.Event()
+
+    def take_b() -> torch.Tensor:
+        assert b_submitted.wait(timeout=10)  # else 'a' may run before 'b' exists: not submitted
+        return prep.take("b")
+
     with PreparationExecutor(name="fine2", workers=2) as prep:
-        prep.submit("a", lambda: prep.take("b"))  # lane 0 waits for lane 1, which is free
+        prep.submit("a", take_b)  # lane 0 waits for lane 1, which is free
         prep.submit("b", lambda: noise(2))
+        b_submitted.set()
         assert bitwise_equal(prep.take("a"), noise(2))
 
 

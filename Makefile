@@ -6,6 +6,9 @@ PY := $(VENV)/bin/python
 TORCH_PIN := torch==2.13.0
 STAMP := $(VENV)/.prenoise-installed
 export HF_HUB_OFFLINE := 1
+# `make test` runs two jobs on 2 cores: torch's OpenMP threads must sleep, not spin, while they wait
+# (spinning, a suite beside another ran 3-6x slower). Only how idle threads wait: no result changes.
+export OMP_WAIT_POLICY ?= PASSIVE
 
 .PHONY: setup demo test lint typecheck pytest clean setup-vllm-omni pytest-vllm-omni \
 	pytest-diffusers-0.40 system-tools aarch64-tools aarch64-stream-digest mutation

@@ -290,15 +290,30 @@ def draw_hunyuan() -> dict[str, torch.Tensor]:
 
 
 def draw_qwen() -> dict[str, torch.Tensor]:
+    """Upstream's `prepare_latents` of Qwen-Image and of its Edit, Edit-Plus and Layered
+    variants (each its own module and `randn_tensor`; text-to-image: no input image)."""
     from vllm_omni.diffusion.models.qwen_image import pipeline_qwen_image as qwen
+    from vllm_omni.diffusion.models.qwen_image import pipeline_qwen_image_edit as edit
+    from vllm_omni.diffusion.models.qwen_image import pipeline_qwen_image_edit_plus as plus
+    from vllm_omni.diffusion.models.qwen_image import pipeline_qwen_image_layered as layered
 
-    out = {}
-    me = SimpleNamespace(vae_scale_factor=8, _pack_latents=qwen.QwenImagePipeline._pack_latents)
-    latents = qwen.QwenImagePipeline.prepare_latents(
-        me, 1, 16, 64, 96, torch.float32, torch.device("cpu"), _gen()
-    )
-    out["qwen.image"] = latents[0] if isinstance(latents, tuple) else latents
-    return out
+    cpu, f32 = torch.device("cpu"), torch.float32
+
+    def me(cls: Any) -> Any:
+        return SimpleNamespace(
+            vae_scale_factor=8, latent_channels=16, _pack_latents=cls._pack_latents
+        )
+
+    image = qwen.QwenImagePipeline
+    out = {"qwen.image": image.prepare_latents(me(image), 1, 16, 64, 96, f32, cpu, _gen())}
+    for name, cls, offset in (
+        ("qwen.edit", edit.QwenImageEditPipeline, 1),
+        ("qwen.edit_plus", plus.QwenImageEditPlusPipeline, 2),
+    ):
+        out[name] = cls.prepare_latents(me(cls), None, 1, 16, 64, 96, f32, cpu, _gen(offset))[0]
+    cls = layered.QwenImageLayeredPipeline
+    out["qwen.layered"] = cls.prepare_latents(me(cls), None, 1, 16, 64, 96, 2, f32, cpu, _gen(3))[0]
+    return {k: v[0] if isinstance(v, tuple) else v for k, v in out.items()}
 
 
 class _AudioTransformer(torch.nn.Module):
@@ -347,6 +362,40 @@ def draw_stable_audio() -> dict[str, torch.Tensor]:
     return {"stable_audio": out.output}
 
 
+@contextlib.contextmanager
+def _scope(pipeline: str) -> Iterator[None]:
+    """Inside `pipeline`'s call, as its hooked entry marks it (a draw `scoped` to that pipeline
+    is served only there; without hooks, as in the reference subprocess, nothing reads it)."""
+    from prenoise.integrations.vllm_omni import pipelines
+
+    token = pipelines._scope.set(pipeline)
+    try:
+        yield
+    finally:
+        pipelines._scope.reset(token)
+
+
+def draw_module_globals() -> dict[str, torch.Tensor]:
+    """Each hooked module's `randn_tensor` global called as its call sites call it (shape,
+    `generator=` a CPU generator, `device=`, `dtype=`), inside its pipeline's scope: the modules
+    whose call sites need more than stand-ins can give (LTX-2's I2V conditioning, decode-timestep
+    noise, the LTX-2.5 diffusion decoder on one rank and in distributed tiles) included."""
+    from prenoise.integrations.vllm_omni.pipeline_targets import TARGETS
+
+    import_wan()
+    out = {}
+    for offset, target in enumerate(t for t in TARGETS if t.name == "randn_tensor"):
+        module = importlib.import_module(target.module)
+        with _scope(target.pipeline):
+            out[f"global:{target.module}"] = module.randn_tensor(
+                (2, 3, 37),
+                generator=_gen(100 + offset),
+                device=torch.device("cpu"),
+                dtype=torch.float32,
+            )
+    return out
+
+
 def draw_all(wan: Any = None) -> dict[str, torch.Tensor]:
     """Every pipeline's draws, as upstream makes them (prenoise's hooks in place or not)."""
     out: dict[str, torch.Tensor] = {}
@@ -357,6 +406,7 @@ def draw_all(wan: Any = None) -> dict[str, torch.Tensor]:
     out.update(draw_hunyuan())
     out.update(draw_qwen())
     out.update(draw_stable_audio())
+    out.update(draw_module_globals())
     return out
 
 

@@ -3,11 +3,12 @@ Wan2.2 T2V's initial latents prepared ahead (`wan_ahead`).
 
 What runs (`pipeline_standins`): Wan2.2 T2V's and Stable Audio's whole upstream `forward`
 (stand-in encoders and transformers, real schedulers — Stable Audio's torchsde noise included);
-for Wan2.2 I2V, HunyuanVideo-1.5 T2V/I2V and Qwen-Image upstream's `prepare_latents`, and for
-LTX-2 its latent module functions and the euler_ancestral noise function, called directly (their
-whole forward needs their text encoders and VAEs). The references: the same code with no hooks
-in this process (native; on this x86 host also the x86 stream) and in a subprocess whose torch
-runs its scalar kernels (`ATEN_CPU_CAPABILITY=default`: the libm stream's arithmetic).
+for Wan2.2 I2V, HunyuanVideo-1.5 T2V/I2V and Qwen-Image (-Edit, -Edit-Plus, -Layered) upstream's
+`prepare_latents`, and for LTX-2 its latent module functions and the euler_ancestral noise
+function, called directly (their whole forward needs their text encoders and VAEs); and every
+hooked module's `randn_tensor` as its call sites call it. The references: the same code with no
+hooks in this process (native; on this x86 host also the x86 stream) and in a subprocess whose
+torch runs its scalar kernels (`ATEN_CPU_CAPABILITY=default`: the libm stream's arithmetic).
 """
 
 from __future__ import annotations
@@ -97,14 +98,19 @@ def in_stream(stream: str) -> tuple[dict[str, torch.Tensor], dict[str, int], dic
 
 
 SERVED = {
+    "Wan2.2 T2V/TI2V/VACE",
     "Wan2.2 I2V",
     "LTX-2",
     "HunyuanVideo-1.5 T2V",
     "HunyuanVideo-1.5 I2V",
     "Qwen-Image",
+    "Qwen-Image-Edit",
+    "Qwen-Image-Edit-Plus",
+    "Qwen-Image-Layered",
     "Stable Audio",
 }
-"""The pipelines whose serial draws the stand-ins drive (Wan2.2 T2V's is prepared ahead)."""
+"""The pipelines whose serial draws the stand-ins drive (Wan2.2 T2V's forward is prepared ahead;
+its module's `randn_tensor`, called directly, is a serial draw)."""
 
 
 def test_native_hooks_change_nothing(upstream_draws: dict[str, torch.Tensor]) -> None:

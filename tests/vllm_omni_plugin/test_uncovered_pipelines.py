@@ -12,7 +12,9 @@ from __future__ import annotations
 import importlib
 import inspect
 import logging
+import re
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pipeline_standins as standins
@@ -166,3 +168,42 @@ def test_covered_classes_match_the_registry() -> None:
     uncovered = set(registry) - set(COVERED_CLASSES)
     assert any(name.endswith(".FluxPipeline") for name in uncovered)
     assert any(name.endswith(".DiffusersAdapterPipeline") for name in uncovered)
+
+
+_DRAW_CALL = re.compile(
+    r"\b(randn_tensor|torch\.randn|torch\.randn_like|torch\.rand|torch\.randint|torch\.multinomial)"
+    r"\(|\.normal_\("
+)
+_NOT_A_REQUEST_DRAW = re.compile(r"nn\.Parameter\(torch\.randn\(")  # weight init, before loading
+_OWN_WRAPPERS = {
+    "vllm_omni.diffusion.models.minimax_h3.condition_noise": MINIMAX_H3,
+    "vllm_omni.diffusion.models.minimax_h3.pipeline_minimax_h3": MINIMAX_H3,
+}
+"""MiniMax-H3's draws are the plugin's own wrappers (`plugin.py`), not `TARGETS` rows."""
+
+
+def test_every_draw_site_in_a_covered_package_is_hooked() -> None:
+    """Every module of a covered pipeline's package that calls a torch or diffusers draw is
+    hooked (a `TARGETS` draw row), MiniMax-H3's own, or a refused pipeline's (Wan2.2 S2V): a
+    draw site prenoise missed would be a covered pipeline's noise left in local torch."""
+    import vllm_omni.diffusion.models as models
+
+    root = Path(models.__file__).parent
+    hooked = {t.module for t in TARGETS if t.kind == "draw"}
+    refused = {t.module for t in TARGETS if t.kind == "not covered"}
+    packages = {name.split(".")[3] for name in COVERED_CLASSES}  # e.g. "wan2_2"
+    assert packages >= {"wan2_2", "ltx2", "hunyuan_video", "qwen_image", "stable_audio"}
+    with_draws = set()
+    for package in packages:
+        for path in sorted((root / package).rglob("*.py")):
+            lines = [
+                line
+                for line in path.read_text().splitlines()
+                if _DRAW_CALL.search(line) and not _NOT_A_REQUEST_DRAW.search(line)
+            ]
+            if lines:
+                relative = path.relative_to(root).with_suffix("")
+                with_draws.add("vllm_omni.diffusion.models." + ".".join(relative.parts))
+    s2v = {m for m in with_draws if ".wan2_2.wan2_2_s2v" in m or m in refused}
+    assert with_draws - hooked - set(_OWN_WRAPPERS) - s2v == set()
+    assert with_draws & hooked  # the scan finds the hooked modules' draws too

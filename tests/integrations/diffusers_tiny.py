@@ -17,6 +17,7 @@ from transformers import PreTrainedTokenizerFast, T5Config, T5EncoderModel
 
 from overlap import OverlapRecorder
 from prenoise.integrations.diffusers import queue as queue_module
+from prenoise.integrations.diffusers import step_noise as step_noise_module
 
 WORDS = [
     "a",
@@ -385,7 +386,7 @@ def both_arms(
     plain = pipe(generator=gen_arg(plain_gens), **kwargs)
     assert not before.differences(snapshot_global_rng()), "the plain call changed the global RNG"
     with global_rng_guard("overlapped_call"), pytest.MonkeyPatch.context() as patch:
-        recorder = OverlapRecorder(patch, draw_modules=[queue_module])
+        recorder = OverlapRecorder(patch, draw_modules=[queue_module, step_noise_module])
         overlapped, report = overlapped_call_with_report(
             pipe, generator=gen_arg(overlapped_gens), **kwargs
         )
@@ -398,10 +399,13 @@ def assert_served_from_the_worker(recorder: OverlapRecorder, report: Any) -> Non
     """Every served draw was a job on the call's worker, drawn there before the pipeline asked
     for it; nothing was drawn by prenoise outside those jobs."""
     served = [f"{i}:{label}" for i, label in enumerate(report.planned[: report.served])]
+    steps = [f"step:{i}" for i in range(report.step_served)]  # per-step draws (step_noise.py)
     assert report.served >= 1
-    if report.left_plan is None:  # all planned draws served, nothing discarded
+    if report.left_plan is None and report.step_left is None and report.step_unused == 0:
         assert report.served == len(report.planned)
-        recorder.assert_prepared_ahead("prenoise-diffusers", served)
+        recorder.assert_prepared_ahead("prenoise-diffusers", served + steps)
+        for job in steps:
+            assert recorder.draws_in(job) == ["step_noise"], job
     else:  # the discarded rest was joined (taken) after the served ones
         takes = [t.job for t in recorder.takes]
         assert takes[: len(served)] == served

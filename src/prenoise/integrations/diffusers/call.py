@@ -36,6 +36,7 @@ from prenoise.integrations.diffusers.plan import PlannedDraw, Unpredictable, cal
 from prenoise.integrations.diffusers.queue import ReplayQueue
 from prenoise.integrations.diffusers.raw_draws import CallWindow, active_window, call_window
 from prenoise.integrations.diffusers.registry import TESTED_DIFFUSERS_VERSIONS, planner_for
+from prenoise.integrations.diffusers.step_noise import StepLookahead, lookahead_limits_of
 from prenoise.integrations.diffusers.streams import (
     StreamTarget,
     noise_stream_of,
@@ -98,7 +99,12 @@ class CallReport:
     request thread's time in prenoise before the pipeline's own call starts (planning, and for
     an overlapped call the executor's start and the submissions); `teardown_s` its time after
     the call returns (settling unconsumed draws, the executor's exit joining its worker). Times
-    are seconds; `overhead_s` is their sum with `wait_s`.
+    are seconds; `overhead_s` is their sum with `wait_s` and `step_wait_s`.
+
+    Per-step sampler noise (`step_noise.StepLookahead`): `step_served` draws were prepared ahead
+    and served, `step_unused` prepared and discarded, `step_left` says why the look-ahead ended
+    before the loop did (None: it did not, or never started), `step_wait_s` is the request
+    thread's time blocked on them.
     """
 
     pipeline: str
@@ -112,11 +118,15 @@ class CallReport:
     setup_s: float = 0.0
     teardown_s: float = 0.0
     raw_in_stream: int = 0
+    step_served: int = 0
+    step_unused: int = 0
+    step_left: str | None = None
+    step_wait_s: float = 0.0
 
     @property
     def overhead_s(self) -> float:
         """The request thread's seconds spent in prenoise: set-up + waits + teardown."""
-        return self.setup_s + self.wait_s + self.teardown_s
+        return self.setup_s + self.wait_s + self.step_wait_s + self.teardown_s
 
 
 def plan_call(pipe: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> list[PlannedDraw]:
@@ -212,8 +222,12 @@ def overlapped_call_with_report(pipe: Any, *args: Any, **kwargs: Any) -> tuple[A
             pipe, args, kwargs, "draw", str(error), start, fall_through, stream, window
         )
     _say_active_once(name, planned)
+    limits = lookahead_limits_of(pipe)
     with PreparationExecutor(name="prenoise-diffusers") as executor:
         queue.start(executor)
+        scheduler = getattr(pipe, "scheduler", None)
+        if limits.steps > 0 and scheduler is not None:
+            queue.steps = StepLookahead(executor, scheduler, stream, limits)
         try:
             with replay_context(queue), active_window(window):
                 call_start = time.perf_counter()
@@ -245,8 +259,20 @@ def overlapped_call_with_report(pipe: Any, *args: Any, **kwargs: Any) -> tuple[A
         setup_s=call_start - start,
         teardown_s=end - call_end,
         raw_in_stream=window.served if window is not None else 0,
+        **_step_fields(queue.steps),
     )
     return output, report
+
+
+def _step_fields(steps: StepLookahead | None) -> dict[str, Any]:
+    if steps is None:
+        return {}
+    return {
+        "step_served": steps.served,
+        "step_unused": steps.unused,
+        "step_left": steps.left,
+        "step_wait_s": steps.wait_s,
+    }
 
 
 def _plain_in_stream(plain: Any, stream: str, pipe: Any, *args: Any, **kwargs: Any) -> Any:

@@ -106,7 +106,13 @@ def _overlapped_subclass(cls: type) -> type:
         return sub
 
 
-def enable(pipe: Any, stream: str = "native") -> Any:
+def enable(
+    pipe: Any,
+    stream: str = "native",
+    *,
+    steps_ahead: int = 4,
+    bytes_ahead: int = 256 << 20,
+) -> Any:
     """Make plain `pipe(...)` calls of this instance run as `overlapped_call(pipe, ...)`.
 
     `pipe` must be a diffusers pipeline instance (`TypeError` otherwise). Idempotent; returns
@@ -117,11 +123,18 @@ def enable(pipe: Any, stream: str = "native") -> Any:
     draws `raw_draws.py` covers) are then what torch draws on an x86 AVX2 / a libm (ARM) host,
     the same on every machine — different from local torch on one of them. The stream is
     self-checked here: `NoiseStreamError` if refused.
+
+    `steps_ahead` / `bytes_ahead` bound the per-step sampler noise drawn ahead of a stochastic
+    scheduler's steps (`step_noise.py`): at most that many draws and bytes wait unserved;
+    `steps_ahead=0` draws them in the loop as the plain call does. The values are the plain
+    call's either way. `ValueError` for a negative limit.
     """
     check_pipeline(pipe, "enable")
     from prenoise import noise_streams
+    from prenoise.integrations.diffusers.step_noise import LIMITS_ATTR, LookaheadLimits
     from prenoise.integrations.diffusers.streams import STREAM_ATTR
 
+    limits = LookaheadLimits(steps=steps_ahead, bytes=bytes_ahead)
     noise_streams.check_stream_name(stream)
     if stream == noise_streams.NATIVE:
         if STREAM_ATTR in vars(pipe):
@@ -129,6 +142,11 @@ def enable(pipe: Any, stream: str = "native") -> Any:
     else:
         noise_streams._require(stream, torch_float32())
         setattr(pipe, STREAM_ATTR, stream)
+    if limits == LookaheadLimits():
+        if LIMITS_ATTR in vars(pipe):
+            delattr(pipe, LIMITS_ATTR)
+    else:
+        setattr(pipe, LIMITS_ATTR, limits)
     if not is_enabled(pipe):
         pipe.__class__ = _overlapped_subclass(type(pipe))
     return pipe
@@ -142,14 +160,16 @@ def torch_float32() -> Any:
 
 def disable(pipe: Any) -> Any:
     """Undo `enable(pipe)`: plain calls run the pipeline's own `__call__` again (and any noise
-    stream is forgotten). Returns `pipe`.
+    stream and look-ahead limits are forgotten). Returns `pipe`.
 
     `pipe` must be a diffusers pipeline instance (`TypeError` otherwise)."""
     check_pipeline(pipe, "disable")
+    from prenoise.integrations.diffusers.step_noise import LIMITS_ATTR
     from prenoise.integrations.diffusers.streams import STREAM_ATTR
 
-    if STREAM_ATTR in vars(pipe):
-        delattr(pipe, STREAM_ATTR)
+    for attr in (STREAM_ATTR, LIMITS_ATTR):
+        if attr in vars(pipe):
+            delattr(pipe, attr)
     if is_enabled(pipe):
         pipe.__class__ = original_class(pipe)
     return pipe

@@ -16,6 +16,9 @@ draws. When the pipeline calls `randn_tensor` in the call's context:
 
 `finish` settles whatever was not consumed, so the generators end exactly where the serial call
 leaves them also when the call raises or draws less than planned.
+
+Once every planned draw was served, later calls on the call's generators (a stochastic
+scheduler's per-step noise) go to the call's `step_noise.StepLookahead`, when it has one.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from prenoise.draws import Draw, HalfDrawRule, run_draw
 from prenoise.executor import PreparationExecutor
 from prenoise.integrations.diffusers.patching import RandnTensor
 from prenoise.integrations.diffusers.plan import PlannedDraw
+from prenoise.integrations.diffusers.step_noise import StepLookahead
 
 __all__ = ["ReplayQueue"]
 
@@ -95,6 +99,8 @@ class ReplayQueue:
         self._lock = threading.Lock()
         self.wait_s = 0.0
         self.mismatch: str | None = None
+        self.steps: StepLookahead | None = None
+        """Set by the call after `start`: serves the per-step draws once the plan is served."""
 
     @staticmethod
     def _entry(index: int, planned: PlannedDraw) -> _Entry:
@@ -149,11 +155,14 @@ class ReplayQueue:
         with self._lock:
             if (
                 not self._active
-                or self._position >= len(self._entries)
                 or gens is None
                 or not any(id(g) in self._generator_ids for g in gens)
             ):
                 return original(*args, **kwargs)
+            if self._position >= len(self._entries):
+                if self.steps is None:
+                    return original(*args, **kwargs)
+                return self.steps.serve(original, args, kwargs, shape, gens, device, dtype, layout)
             entry = self._entries[self._position]
             assert self._executor is not None
             problem = self._check(entry, shape, gens, device, dtype, layout)
@@ -226,6 +235,8 @@ class ReplayQueue:
                 left = ", ".join(e.planned.label for e in self._entries[self._position :])
                 self._settle_locked(f"the call did not make the planned draw(s): {left}")
             self._active = False
+            if self.steps is not None:
+                self.steps.finish()
             return self.mismatch
 
 

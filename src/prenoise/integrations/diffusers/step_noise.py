@@ -1,0 +1,303 @@
+"""Per-step sampler noise drawn ahead: a stochastic scheduler's `randn_tensor` draws in the loop.
+
+Pipelines that build `prepare_extra_step_kwargs(generator, eta)` (CogVideoX, ...) hand the
+caller's generator to `scheduler.step`; a stochastic scheduler then draws the whole latent from
+it at every step, between two transformer calls. `StepLookahead` takes those draws off the
+request thread, bitwise:
+
+- It starts at the call's first per-step draw (after every planned initial draw was served),
+  which it draws itself on the request thread as the plain call would; that draw's key — shape,
+  dtype, the one generator — is what it then prepares, for a scheduler in `STEP_DRAWS` only.
+- The worker continues from the generator's state after that draw on a *clone* (a private
+  `torch.Generator`), one draw after another: each job records the clone's state before and
+  after its draw. At most `LookaheadLimits.steps` draws (and `bytes`) wait unserved at a time,
+  and never more than the scheduler will still draw (`STEP_DRAWS`, from its timesteps).
+- A later call is served only if it has the same key and the caller's generator is exactly in
+  the state the job's draw started from (compared byte for byte): then the generator is set to
+  the state after it — where the plain call's own draw leaves it — and the tensor is moved to
+  the requested device, as `randn_tensor` does. The caller's generator is never drawn from on
+  the worker, so anything else that uses it between steps (a `callback_on_step_end`) shows as a
+  changed state.
+- Anything else — another key, a changed state, a failed job, more draws than expected — ends
+  the look-ahead: pending jobs are cancelled, the running one joined, and this and every later
+  call runs the plain `randn_tensor`. `finish` does the same when the call returns or raises
+  (an interrupt, an exception); unserved draws are counted in `unused`.
+
+Generator lists (per-sample draws) are not looked ahead: the first such call ends it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from prenoise.draws import Draw, HalfDrawRule, run_draw
+from prenoise.executor import PreparationExecutor
+
+__all__ = [
+    "LIMITS_ATTR",
+    "STEP_DRAWS",
+    "LookaheadLimits",
+    "StepLookahead",
+    "expected_step_draws",
+    "lookahead_limits_of",
+]
+
+_SCHEDULERS = "diffusers.schedulers."
+
+
+def _every_step(timesteps: torch.Tensor) -> int:
+    return len(timesteps)
+
+
+def _all_but_last(timesteps: torch.Tensor) -> int:
+    return max(len(timesteps) - 1, 0)
+
+
+def _cogvideox_dpm(timesteps: torch.Tensor) -> int:
+    # one draw on the first and on the last step, two on every other (diffusers 0.40.0-0.42.1)
+    n = len(timesteps)
+    return 1 if n == 1 else 2 * n - 2
+
+
+def _ddpm(timesteps: torch.Tensor) -> int:
+    return int((timesteps > 0).sum())  # no variance noise at t = 0
+
+
+STEP_DRAWS: dict[str, Callable[[torch.Tensor], int]] = {
+    _SCHEDULERS + "scheduling_dpm_cogvideox.CogVideoXDPMScheduler": _cogvideox_dpm,
+    _SCHEDULERS + "scheduling_ddim.DDIMScheduler": _every_step,  # eta > 0
+    _SCHEDULERS + "scheduling_euler_ancestral_discrete.EulerAncestralDiscreteScheduler": (
+        _every_step
+    ),
+    _SCHEDULERS + "scheduling_ddpm.DDPMScheduler": _ddpm,
+    _SCHEDULERS + "scheduling_lcm.LCMScheduler": _all_but_last,
+    _SCHEDULERS + "scheduling_tcd.TCDScheduler": _all_but_last,  # eta > 0
+    _SCHEDULERS + "scheduling_dpmsolver_multistep.DPMSolverMultistepScheduler": _every_step,
+    _SCHEDULERS + "scheduling_dpmsolver_singlestep.DPMSolverSinglestepScheduler": _every_step,
+    _SCHEDULERS + "scheduling_flow_match_euler_discrete.FlowMatchEulerDiscreteScheduler": (
+        _every_step
+    ),
+}
+"""Schedulers whose `step` draws one tensor of the sample's shape per draw, with the number of
+draws per call from their timesteps (checked on diffusers 0.40.0-0.42.1). Only the draws of a
+stochastic configuration exist (DDIM and TCD with `eta > 0`, DPM-Solver's SDE algorithms,
+`stochastic_sampling=True`): a deterministic one makes none, and nothing starts. Any other
+scheduler's draws (KDPM2-ancestral's sub-steps, torchsde's Brownian tree) are left plain."""
+
+
+def expected_step_draws(scheduler: Any) -> int | None:
+    """How many draws `scheduler` makes in a whole denoising loop, if it is in `STEP_DRAWS`
+    and its timesteps are set; None otherwise."""
+    cls = type(scheduler)
+    count = STEP_DRAWS.get(f"{cls.__module__}.{cls.__qualname__}")
+    timesteps = getattr(scheduler, "timesteps", None)
+    if count is None or not isinstance(timesteps, torch.Tensor):
+        return None
+    return count(timesteps)
+
+
+@dataclass(frozen=True)
+class LookaheadLimits:
+    """How far ahead per-step draws may be prepared: at most `steps` draws, and `bytes` of
+    tensors, drawn and not yet served (at least one draw whatever `bytes` says; `steps=0` turns
+    the look-ahead off)."""
+
+    steps: int = 4
+    bytes: int = 256 << 20
+
+    def __post_init__(self) -> None:
+        if self.steps < 0 or self.bytes < 0:
+            raise ValueError(f"look-ahead limits must be >= 0, got {self}")
+
+
+LIMITS_ATTR = "_prenoise_step_lookahead"
+"""Instance attribute where `enable(pipe, steps_ahead=..., bytes_ahead=...)` records limits."""
+
+
+def lookahead_limits_of(pipe: Any) -> LookaheadLimits:
+    """The per-step look-ahead limits `enable` recorded for `pipe` (the defaults when none)."""
+    limits = getattr(pipe, LIMITS_ATTR, None)
+    return limits if isinstance(limits, LookaheadLimits) else LookaheadLimits()
+
+
+@dataclass
+class _Prepared:
+    job: str
+    before: torch.Tensor | None = None
+    after: torch.Tensor | None = None
+
+
+class StepLookahead:
+    """One call's per-step draws, prepared on `executor`'s lane (see the module doc)."""
+
+    def __init__(
+        self,
+        executor: PreparationExecutor,
+        scheduler: Any,
+        noise_stream: str,
+        limits: LookaheadLimits,
+    ) -> None:
+        self._executor = executor
+        self._scheduler = scheduler
+        self._noise_stream = noise_stream
+        self._limits = limits
+        self._lock = threading.Lock()
+        self._key: tuple[tuple[int, ...], torch.dtype, int] | None = None
+        self._generator: torch.Generator | None = None
+        self._draw: Draw | None = None
+        self._chain: torch.Tensor | None = None  # the clone's state after the last job's draw
+        self._jobs: list[_Prepared] = []  # submitted, not served, in order
+        self._to_submit = 0
+        self._ended = False
+        self.served = 0
+        self.unused = 0
+        self.wait_s = 0.0
+        self.left: str | None = None
+
+    def serve(
+        self,
+        original: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        shape: Any,
+        gens: tuple[torch.Generator, ...],
+        device: Any,
+        dtype: Any,
+        layout: Any,
+    ) -> Any:
+        """Answer one per-step `randn_tensor(*args, **kwargs)` call on the call's generator."""
+        with self._lock:
+            if self._ended:
+                return original(*args, **kwargs)
+            problem = self._problem(shape, gens, dtype, layout)
+            if problem is not None:
+                self._end_locked(problem)
+                return original(*args, **kwargs)
+            if self._key is None:
+                out = original(*args, **kwargs)  # the first per-step draw: the plain one
+                self._start_locked(tuple(shape), gens[0], dtype or torch.get_default_dtype())
+                return out
+            if not self._jobs:
+                self._end_locked("the scheduler drew more than its timesteps say")
+                return original(*args, **kwargs)
+            return self._take_locked(original, args, kwargs, device)
+
+    def _problem(
+        self, shape: Any, gens: tuple[torch.Generator, ...], dtype: Any, layout: Any
+    ) -> str | None:
+        if len(gens) != 1:
+            return f"a per-step draw on {len(gens)} generators (per-sample draws)"
+        if layout not in (None, torch.strided) or not isinstance(shape, tuple | torch.Size):
+            return f"a per-step draw of layout {layout} / shape {shape!r}"
+        if self._key is None:
+            return None
+        actual = (tuple(shape), dtype or torch.get_default_dtype(), id(gens[0]))
+        if actual != self._key:
+            return f"a per-step draw of {list(shape)} {actual[1]}, not the first one's"
+        return None
+
+    def _start_locked(self, shape: tuple[int, ...], generator: torch.Generator, dtype: Any) -> None:
+        expected = expected_step_draws(self._scheduler)
+        if expected is None:
+            cls = type(self._scheduler)
+            self._end_locked(
+                f"scheduler {cls.__qualname__} is not known to draw a plannable "
+                "sequence (STEP_DRAWS)"
+            )
+            return
+        self._key = (shape, dtype, id(generator))
+        self._generator = generator
+        self._draw = Draw("step_noise", shape, dtype, half_rule=HalfDrawRule.NATIVE)
+        self._chain = generator.get_state()
+        self._to_submit = expected - 1  # the first was just drawn
+        window = min(self._limits.steps, max(1, self._limits.bytes // self._draw.buffer_nbytes))
+        if self._limits.steps == 0:
+            window = 0
+        for _ in range(min(window, self._to_submit)):
+            self._submit_locked()
+        if expected <= 1:
+            self._end_locked(None)  # the scheduler draws nothing more: nothing to prepare
+        elif not self._jobs:
+            self._end_locked("look-ahead off (limits)")
+
+    def _submit_locked(self) -> None:
+        prepared = _Prepared(f"step:{self.served + len(self._jobs)}")
+        self._executor.submit(prepared.job, lambda: self._run(prepared))
+        self._jobs.append(prepared)
+        self._to_submit -= 1
+
+    def _run(self, prepared: _Prepared) -> torch.Tensor:
+        """On the worker, in submission order (one lane): the next draw of the clone chain."""
+        assert self._draw is not None and self._chain is not None
+        clone = torch.Generator(device="cpu")
+        clone.set_state(self._chain)
+        prepared.before = self._chain
+        tensor = run_draw(
+            self._draw, clone, allow_scalar_path=True, noise_stream=self._noise_stream
+        )
+        prepared.after = self._chain = clone.get_state()
+        return tensor
+
+    def _take_locked(
+        self,
+        original: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        device: Any,
+    ) -> Any:
+        prepared = self._jobs[0]
+        assert self._generator is not None
+        start = time.perf_counter()
+        try:
+            tensor: torch.Tensor = self._executor.take(prepared.job)
+        except Exception as error:  # a failed preparation never reaches the caller
+            self._end_locked(f"a prepared per-step draw failed: {error!r}")
+            return original(*args, **kwargs)
+        self._jobs.pop(0)
+        assert prepared.before is not None and prepared.after is not None
+        if not torch.equal(self._generator.get_state(), prepared.before):
+            self.unused += 1
+            self._end_locked("the generator changed between steps (something else drew from it)")
+            return original(*args, **kwargs)
+        self._generator.set_state(prepared.after)
+        self.served += 1
+        if self._to_submit > 0:
+            self._submit_locked()
+        out = tensor.to(_target_device(device))
+        self.wait_s += time.perf_counter() - start
+        return out
+
+    def _end_locked(self, why: str | None) -> None:
+        if self._ended:
+            return
+        self._ended = True
+        if why is not None:
+            self.left = why
+        if not self._jobs:
+            return
+        cancelled = set(self._executor.cancel_pending())
+        for prepared in self._jobs:
+            self.unused += 1
+            if prepared.job not in cancelled:
+                with contextlib.suppress(Exception):  # its failure no longer matters
+                    self._executor.take(prepared.job)  # joins the running draw; dropped
+        self._jobs.clear()
+
+    def finish(self) -> None:
+        """End the look-ahead at the call's end: discard what was not served."""
+        with self._lock:
+            left = self._jobs or self._to_submit > 0
+            self._end_locked("the call ended before the planned per-step draws" if left else None)
+
+
+def _target_device(device: Any) -> torch.device:
+    if isinstance(device, str):
+        device = torch.device(device)
+    return device or torch.device("cpu")

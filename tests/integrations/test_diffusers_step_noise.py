@@ -1,0 +1,257 @@
+"""Per-step sampler noise drawn ahead (`step_noise.StepLookahead`), bitwise, on tiny CogVideoX
+pipelines with each stochastic scheduler they can be given.
+
+CogVideoX hands the caller's generator to `scheduler.step` (`prepare_extra_step_kwargs`), so a
+stochastic scheduler draws the whole latent from it at every step. Each test compares the plain
+call and `overlapped_call_with_report` on fresh generators (`both_arms`: outputs bit for bit,
+generator states, the global RNG untouched, every served draw a worker job that started before
+the pipeline asked for it).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+pytest.importorskip("diffusers")
+
+from diffusers_tiny import (
+    assert_outputs_bitwise_equal,
+    assert_same_states,
+    both_arms,
+    call_kwargs,
+    generators,
+    output_tensor,
+)
+
+from prenoise.integrations.diffusers import (
+    disable,
+    enable,
+    overlapped_call_with_report,
+    step_noise,
+)
+from prenoise.integrations.diffusers.step_noise import LookaheadLimits, expected_step_draws
+
+
+def _scheduler(name: str, base: Any) -> Any:
+    import diffusers
+
+    config = base.config
+    if name == "dpm_cogvideox":
+        return diffusers.CogVideoXDPMScheduler.from_config(config)
+    if name == "ddim":
+        return diffusers.DDIMScheduler.from_config(config)
+    if name == "euler_ancestral":
+        return diffusers.EulerAncestralDiscreteScheduler.from_config(config)
+    if name == "dpm_sde":
+        return diffusers.DPMSolverMultistepScheduler.from_config(
+            config, algorithm_type="sde-dpmsolver++"
+        )
+    if name == "ddpm":
+        return diffusers.DDPMScheduler.from_config(config)
+    raise AssertionError(name)
+
+
+SCHEDULERS = ["dpm_cogvideox", "ddim", "euler_ancestral", "dpm_sde", "ddpm"]
+
+
+@pytest.fixture
+def cogvideox(tiny: Any) -> Any:
+    pipe = tiny("cogvideox")
+    original = pipe.scheduler
+    yield pipe
+    pipe.scheduler = original
+
+
+def _kwargs(steps: int, scheduler: str = "dpm_cogvideox", **extra: Any) -> dict[str, Any]:
+    kwargs = {**call_kwargs("cogvideox"), "num_inference_steps": steps, **extra}
+    if scheduler == "ddim":
+        kwargs["eta"] = 0.7  # DDIM draws variance noise only with eta > 0
+    return kwargs
+
+
+@pytest.mark.parametrize("steps", [1, 2, 5])
+@pytest.mark.parametrize("scheduler", SCHEDULERS)
+def test_per_step_draws_are_served_ahead_bitwise(
+    cogvideox: Any, scheduler: str, steps: int
+) -> None:
+    cogvideox.scheduler = _scheduler(scheduler, cogvideox.scheduler)
+    plain, overlapped, report, pg, og = both_arms(cogvideox, _kwargs(steps, scheduler), [3], False)
+    assert_outputs_bitwise_equal(plain, overlapped)
+    assert_same_states(pg, og)
+    expected = expected_step_draws(cogvideox.scheduler)
+    assert expected is not None
+    # the first per-step draw is the plain one; every later one was prepared on the worker
+    assert report.step_served == max(expected - 1, 0)
+    if steps == 5:
+        assert report.step_served >= 3
+    assert report.step_unused == 0 and report.step_left is None
+
+
+@pytest.mark.parametrize("seed", [0, 4242])
+def test_many_steps_dpm_cogvideox(cogvideox: Any, seed: int) -> None:
+    """CogVideoX-5B's own scheduler: two draws per step after the first, 12 steps."""
+    plain, overlapped, report, pg, og = both_arms(cogvideox, _kwargs(12), [seed], False)
+    assert_outputs_bitwise_equal(plain, overlapped)
+    assert_same_states(pg, og)
+    assert report.step_served == 2 * 12 - 2 - 1
+
+
+def _callback_arms(pipe: Any, kwargs: dict[str, Any], make_callback: Any) -> Any:
+    """Both arms with a `callback_on_step_end` built per arm from its generator."""
+    pg, og = generators([9]), generators([9])
+    plain = pipe(generator=pg[0], callback_on_step_end=make_callback(pg[0]), **kwargs)
+    overlapped, report = overlapped_call_with_report(
+        pipe, generator=og[0], callback_on_step_end=make_callback(og[0]), **kwargs
+    )
+    return plain, overlapped, report, pg, og
+
+
+def test_a_callback_drawing_from_the_generator_ends_the_look_ahead(cogvideox: Any) -> None:
+    def make_callback(generator: torch.Generator) -> Any:
+        def callback(pipe: Any, step: int, timestep: Any, tensors: dict[str, Any]) -> Any:
+            if step == 2:
+                torch.randn(3, generator=generator)  # the generator moves between two steps
+            return tensors
+
+        return callback
+
+    plain, overlapped, report, pg, og = _callback_arms(cogvideox, _kwargs(6), make_callback)
+    assert_outputs_bitwise_equal(plain, overlapped)
+    assert_same_states(pg, og)
+    assert report.step_left is not None and "generator changed" in report.step_left
+    assert 0 < report.step_served < 2 * 6 - 3
+    assert report.step_unused >= 1
+
+
+def test_an_interrupt_mid_loop_leaves_the_generator_where_the_plain_call_does(
+    cogvideox: Any,
+) -> None:
+    def make_callback(generator: torch.Generator) -> Any:
+        del generator
+
+        def callback(pipe: Any, step: int, timestep: Any, tensors: dict[str, Any]) -> Any:
+            if step == 1:
+                pipe._interrupt = True
+            return tensors
+
+        return callback
+
+    kwargs = _kwargs(8, output_type="latent")
+    plain, overlapped, report, pg, og = _callback_arms(cogvideox, kwargs, make_callback)
+    assert_outputs_bitwise_equal(plain, overlapped)
+    assert_same_states(pg, og)
+    assert report.step_left is not None and "ended before" in report.step_left
+
+
+def test_an_exception_mid_loop_is_the_plain_calls_and_joins_the_worker(cogvideox: Any) -> None:
+    class Stop(Exception):
+        pass
+
+    def callback(pipe: Any, step: int, timestep: Any, tensors: dict[str, Any]) -> Any:
+        if step == 2:
+            raise Stop("from the callback")
+        return tensors
+
+    pg, og = generators([5]), generators([5])
+    kwargs = _kwargs(6)
+    with pytest.raises(Stop):
+        cogvideox(generator=pg[0], callback_on_step_end=callback, **kwargs)
+    with pytest.raises(Stop, match="from the callback"):
+        overlapped_call_with_report(
+            cogvideox, generator=og[0], callback_on_step_end=callback, **kwargs
+        )
+    assert_same_states(pg, og)
+    import threading
+
+    assert not [t for t in threading.enumerate() if t.name.startswith("prenoise-diffusers")]
+
+
+def test_a_generator_list_is_not_looked_ahead(tiny: Any) -> None:
+    """Two prompts on two generators: the scheduler draws per sample; left plain."""
+    pipe = tiny("cogvideox")
+    kwargs = {**call_kwargs("cogvideox", 2), "num_inference_steps": 4}
+    plain, overlapped, report, pg, og = both_arms(pipe, kwargs, [1, 2], True)
+    assert_outputs_bitwise_equal(plain, overlapped)
+    assert_same_states(pg, og)
+    assert report.step_served == 0 and report.step_left is not None
+    assert "2 generators" in report.step_left
+
+
+def test_limits_bound_the_draws_waiting_and_zero_turns_it_off(
+    cogvideox: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    waiting: list[int] = []
+    real_submit = step_noise.StepLookahead._submit_locked
+
+    def submit(self: Any) -> None:
+        real_submit(self)
+        waiting.append(len(self._jobs))
+
+    monkeypatch.setattr(step_noise.StepLookahead, "_submit_locked", submit)
+    kwargs = _kwargs(6)
+    plain = output_tensor(cogvideox(generator=generators([2])[0], **kwargs))
+    try:
+        for limits, most in ((dict(steps_ahead=2), 2), (dict(bytes_ahead=1), 1)):
+            waiting.clear()
+            enable(cogvideox, **limits)
+            assert torch.equal(
+                output_tensor(cogvideox(generator=generators([2])[0], **kwargs)), plain
+            )
+            assert waiting and max(waiting) == most, (limits, waiting)
+        enable(cogvideox, steps_ahead=0)
+        waiting.clear()
+        _, report = overlapped_call_with_report(cogvideox, generator=generators([2])[0], **kwargs)
+        assert waiting == [] and report.step_served == 0
+        with pytest.raises(ValueError, match=">= 0"):
+            enable(cogvideox, steps_ahead=-1)
+    finally:
+        disable(cogvideox)
+    assert step_noise.lookahead_limits_of(cogvideox) == LookaheadLimits()
+
+
+def test_a_perturbed_per_step_draw_is_caught(
+    cogvideox: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The comparison these tests rely on sees one flipped bit in one per-step draw."""
+    real_run = step_noise.StepLookahead._run
+
+    def run(self: Any, prepared: Any) -> torch.Tensor:
+        tensor = real_run(self, prepared)
+        if prepared.job == "step:1":
+            tensor.view(-1)[0] *= -1  # its sign bit: one bit of one draw
+        return tensor
+
+    monkeypatch.setattr(step_noise.StepLookahead, "_run", run)
+    kwargs = _kwargs(4, output_type="latent")
+    plain = cogvideox(generator=generators([6])[0], **kwargs)
+    overlapped, report = overlapped_call_with_report(
+        cogvideox, generator=generators([6])[0], **kwargs
+    )
+    assert report.step_served >= 2
+    with pytest.raises(AssertionError):
+        assert_outputs_bitwise_equal(plain, overlapped)
+
+
+@pytest.mark.parametrize("stream", ["x86", "libm"])
+def test_per_step_draws_in_a_named_stream(cogvideox: Any, stream: str) -> None:
+    """In a stream, the prepared per-step draws equal the stream's own draws on the request
+    thread (the look-ahead off); x86 on an x86 host also equals local torch."""
+    from prenoise import noise_streams
+
+    kwargs = _kwargs(5)
+    try:
+        enable(cogvideox, stream=stream, steps_ahead=0)
+        serial = output_tensor(cogvideox(generator=generators([8])[0], **kwargs))
+        enable(cogvideox, stream=stream)
+        gen = generators([8])[0]
+        ahead, report = overlapped_call_with_report(cogvideox, generator=gen, **kwargs)
+    finally:
+        disable(cogvideox)
+    assert report.stream == stream and report.step_served == 2 * 5 - 3
+    assert torch.equal(output_tensor(ahead).view(torch.uint8), serial.view(torch.uint8))
+    native = output_tensor(cogvideox(generator=generators([8])[0], **kwargs))
+    if stream == noise_streams.local_torch_stream():
+        assert torch.equal(native.view(torch.uint8), serial.view(torch.uint8))

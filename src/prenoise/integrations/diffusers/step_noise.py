@@ -268,10 +268,10 @@ class StepLookahead:
             return original(*args, **kwargs)
         self._generator.set_state(prepared.after)
         self.served += 1
-        if self._to_submit > 0:
-            self._submit_locked()
         out = tensor.to(_target_device(device))
         self.wait_s += time.perf_counter() - start
+        if self._to_submit > 0:  # last: the woken worker then competes with nothing here
+            self._submit_locked()
         return out
 
     def _end_locked(self, why: str | None) -> None:

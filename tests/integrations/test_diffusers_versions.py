@@ -49,9 +49,26 @@ ALL = ("0.40.0", "0.41.0", "0.42.0", "0.42.1")
 P = "diffusers.pipelines."
 M = "diffusers.models.autoencoders."
 
+S = "diffusers.schedulers."
+
 # "module:qualname" -> {digest: releases whose source has that digest}
 DRAW_CODE: dict[str, dict[str, tuple[str, ...]]] = {
     "diffusers.utils.torch_utils:randn_tensor": {"4757aa79ad39": ALL},
+    # the per-step draws `step_noise.STEP_DRAWS` counts (one `randn_tensor` of the sample's shape
+    # per draw, and when a step draws): the same `step` on all four releases
+    S + "scheduling_dpm_cogvideox:CogVideoXDPMScheduler.step": {"53da04141e04": ALL},
+    S + "scheduling_ddim:DDIMScheduler.step": {"faf5a0829892": ALL},
+    S + "scheduling_euler_ancestral_discrete:EulerAncestralDiscreteScheduler.step": {
+        "ea16d617266d": ALL
+    },
+    S + "scheduling_ddpm:DDPMScheduler.step": {"a87cc2bfd2a7": ALL},
+    S + "scheduling_lcm:LCMScheduler.step": {"8d1fbac5e894": ALL},
+    S + "scheduling_tcd:TCDScheduler.step": {"1e9391757ff6": ALL},
+    S + "scheduling_dpmsolver_multistep:DPMSolverMultistepScheduler.step": {"1fa2927cc1c3": ALL},
+    S + "scheduling_dpmsolver_singlestep:DPMSolverSinglestepScheduler.step": {"bc5b48312afc": ALL},
+    S + "scheduling_flow_match_euler_discrete:FlowMatchEulerDiscreteScheduler.step": {
+        "b5e9637d5d4e": ALL
+    },
     M + "vae:DiagonalGaussianDistribution.sample": {"9e2623826684": ALL},
     M + "autoencoder_oobleck:OobleckDiagonalGaussianDistribution.sample": {"9e2623826684": ALL},
     P + "wan.pipeline_wan:WanPipeline.__call__": {
@@ -161,6 +178,14 @@ def test_every_planned_and_windowed_class_exists_and_is_covered_here() -> None:
         module_name, name = path.rsplit(".", 1)
         assert inspect.isclass(getattr(importlib.import_module(module_name), name)), path
         assert name in covered, f"{path}: its __call__ has no reviewed digest"
+
+
+def test_every_per_step_scheduler_has_its_step_reviewed() -> None:
+    from prenoise.integrations.diffusers.step_noise import STEP_DRAWS
+
+    for path in STEP_DRAWS:
+        module_name, name = path.rsplit(".", 1)
+        assert f"{module_name}:{name}.step" in DRAW_CODE, path
 
 
 def test_the_extra_accepts_exactly_the_supported_range() -> None:

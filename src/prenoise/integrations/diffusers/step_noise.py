@@ -86,7 +86,10 @@ STEP_DRAWS: dict[str, Callable[[torch.Tensor], int]] = {
     ),
 }
 """Schedulers whose `step` draws one tensor of the sample's shape per draw, with the number of
-draws per call from their timesteps (checked on diffusers 0.40.0-0.42.1). Only the draws of a
+draws per call from their timesteps (read in their `step` source, the same on diffusers
+0.40.0-0.42.1: its digests are pinned in tests/integrations/test_diffusers_versions.py). A wrong
+count costs only work, never bits: past it the look-ahead ends and draws plainly, short of it the
+prepared rest is discarded. Only the draws of a
 stochastic configuration exist (DDIM and TCD with `eta > 0`, DPM-Solver's SDE algorithms,
 `stochastic_sampling=True`): a deterministic one makes none, and nothing starts. Any other
 scheduler's draws (KDPM2-ancestral's sub-steps, torchsde's Brownian tree) are left plain."""

@@ -310,6 +310,10 @@ def call_kwargs(name: str, prompts: int = 1) -> dict[str, Any]:
         kwargs.update(num_inference_steps=2, guidance_scale=6.0, output_type="pt")
     elif name.startswith("cogvideox"):
         kwargs.update(VIDEO, height=32, width=32, negative_prompt="bad", guidance_scale=6.0)
+    elif name == "latte":
+        kwargs.update(height=16, width=16, video_length=2, num_inference_steps=2, eta=0.5)
+        kwargs.update(negative_prompt="bad", guidance_scale=5.0, output_type="pt")
+        kwargs.update(clean_caption=False)
     if name in ("wan_i2v", "ltx_i2v", "cogvideox_i2v"):
         several = prompts > 1 and name != "wan_i2v"  # Wan takes one image for the whole batch
         kwargs["image"] = [image(i) for i in range(prompts)] if several else image()
@@ -801,3 +805,46 @@ BUILDERS.update(
     ltx2=ltx2,
     ltx2_duration_head=lambda: ltx2(duration_head=True),
 )
+
+
+def latte() -> Any:
+    """Latte with DDIM (given the generator at each step: `eta > 0` makes it draw)."""
+    from diffusers import AutoencoderKL, DDIMScheduler, LattePipeline, LatteTransformer3DModel
+
+    with _seeded():
+        transformer = LatteTransformer3DModel(
+            sample_size=8,
+            num_layers=1,
+            patch_size=2,
+            attention_head_dim=8,
+            num_attention_heads=2,
+            caption_channels=32,
+            in_channels=4,
+            cross_attention_dim=16,
+            out_channels=8,
+            attention_bias=True,
+            activation_fn="gelu-approximate",
+            num_embeds_ada_norm=1000,
+            norm_type="ada_norm_single",
+            norm_elementwise_affine=False,
+            norm_eps=1e-6,
+            video_length=2,
+        ).eval()
+        vae = AutoencoderKL(
+            block_out_channels=(8, 8),
+            down_block_types=("DownEncoderBlock2D",) * 2,
+            up_block_types=("UpDecoderBlock2D",) * 2,
+            latent_channels=4,
+            norm_num_groups=2,
+        ).eval()
+        encoder = t5_encoder()
+    return LattePipeline(
+        tokenizer=tokenizer(120),
+        text_encoder=encoder,
+        vae=vae,
+        transformer=transformer,
+        scheduler=DDIMScheduler(),
+    )
+
+
+BUILDERS.update(latte=latte)

@@ -30,8 +30,13 @@ PIPELINES = [
     "hunyuan_video",
     "stable_audio",
     "ltx2",
+    "latte",
 ]
-PER_PROMPT = {"flux": "num_images_per_prompt", "stable_audio": "num_waveforms_per_prompt"}
+PER_PROMPT = {
+    "flux": "num_images_per_prompt",
+    "stable_audio": "num_waveforms_per_prompt",
+    "latte": "num_images_per_prompt",
+}
 EXPECTED_DRAWS = {
     "wan21": ("noise",),
     "wan22_ti2v": ("noise",),
@@ -44,6 +49,7 @@ EXPECTED_DRAWS = {
     "hunyuan_video": ("noise",),
     "stable_audio": ("noise",),
     "ltx2": ("noise", "audio_noise", "decode_noise"),
+    "latte": ("noise",),
 }
 
 
@@ -75,7 +81,7 @@ def test_batch_with_generator_list(tiny: Any, name: str) -> None:
 
 
 @pytest.mark.parametrize("as_list", [False, True])
-@pytest.mark.parametrize("name", ["wan21", "flux", "ltx", "stable_audio", "ltx2"])
+@pytest.mark.parametrize("name", ["wan21", "flux", "ltx", "stable_audio", "ltx2", "latte"])
 def test_several_outputs_per_prompt(tiny: Any, name: str, as_list: bool) -> None:
     pipe = tiny(name)
     kwargs = {**call_kwargs(name), PER_PROMPT.get(name, "num_videos_per_prompt"): 2}

@@ -255,3 +255,14 @@ def test_per_step_draws_in_a_named_stream(cogvideox: Any, stream: str) -> None:
     native = output_tensor(cogvideox(generator=generators([8])[0], **kwargs))
     if stream == noise_streams.local_torch_stream():
         assert torch.equal(native.view(torch.uint8), serial.view(torch.uint8))
+
+
+@pytest.mark.parametrize("steps", [1, 5])
+def test_latte_with_ddim_eta(tiny: Any, steps: int) -> None:
+    """Latte hands its generator to DDIM too: with `eta > 0` every step draws."""
+    pipe = tiny("latte")
+    kwargs = {**call_kwargs("latte"), "num_inference_steps": steps}
+    plain, overlapped, report, pg, og = both_arms(pipe, kwargs, [12], False)
+    assert_outputs_bitwise_equal(plain, overlapped)
+    assert_same_states(pg, og)
+    assert report.step_served == steps - 1 and report.step_left is None

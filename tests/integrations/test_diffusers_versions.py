@@ -90,6 +90,9 @@ DRAW_CODE: dict[str, dict[str, tuple[str, ...]]] = {
         "7e0991c1ba0d": ("0.41.0", "0.42.0", "0.42.1"),
     },
     P + "flux.pipeline_flux:FluxPipeline.prepare_latents": {"a24bcef6f1ff": ALL},
+    P + "latte.pipeline_latte:LattePipeline.__call__": {"251a21d3ca82": ALL},
+    P + "latte.pipeline_latte:LattePipeline.prepare_latents": {"6a4981c4645e": ALL},
+    P + "latte.pipeline_latte:LattePipeline.encode_prompt": {"7ea805d12a20": ALL},  # the dtype
     P + "ltx.pipeline_ltx:LTXPipeline.__call__": {"eb83a266096c": ALL},
     P + "ltx.pipeline_ltx:LTXPipeline.prepare_latents": {"3971778c5b04": ALL},
     P + "ltx.pipeline_ltx_image2video:LTXImageToVideoPipeline.__call__": {"ddbf8dac72e0": ALL},

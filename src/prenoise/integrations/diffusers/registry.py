@@ -15,6 +15,7 @@ import torch
 from prenoise.integrations.diffusers.pipelines.cogvideox import plan_cogvideox, plan_cogvideox_i2v
 from prenoise.integrations.diffusers.pipelines.flux import plan_flux
 from prenoise.integrations.diffusers.pipelines.hunyuan_video import plan_hunyuan_video
+from prenoise.integrations.diffusers.pipelines.latte import plan_latte
 from prenoise.integrations.diffusers.pipelines.ltx import plan_ltx, plan_ltx_i2v
 from prenoise.integrations.diffusers.pipelines.ltx2 import plan_ltx2
 from prenoise.integrations.diffusers.pipelines.stable_audio import plan_stable_audio
@@ -46,6 +47,7 @@ _PLANS: dict[str, Planner] = {
     ),
     "diffusers.pipelines.stable_audio.pipeline_stable_audio.StableAudioPipeline": plan_stable_audio,
     "diffusers.pipelines.ltx2.pipeline_ltx2.LTX2Pipeline": plan_ltx2,
+    "diffusers.pipelines.latte.pipeline_latte.LattePipeline": plan_latte,
 }
 
 

@@ -310,6 +310,9 @@ def call_kwargs(name: str, prompts: int = 1) -> dict[str, Any]:
         kwargs.update(num_inference_steps=2, guidance_scale=6.0, output_type="pt")
     elif name.startswith("cogvideox"):
         kwargs.update(VIDEO, height=32, width=32, negative_prompt="bad", guidance_scale=6.0)
+    elif name == "mochi":
+        kwargs.update(VIDEO, num_frames=7, height=16, width=16, negative_prompt="bad")
+        kwargs.update(guidance_scale=4.5)
     elif name == "latte":
         kwargs.update(height=16, width=16, video_length=2, num_inference_steps=2, eta=0.5)
         kwargs.update(negative_prompt="bad", guidance_scale=5.0, output_type="pt")
@@ -848,3 +851,47 @@ def latte() -> Any:
 
 
 BUILDERS.update(latte=latte)
+
+
+def mochi() -> Any:
+    """Mochi (its scheduler is called without the generator)."""
+    from diffusers import (
+        AutoencoderKLMochi,
+        FlowMatchEulerDiscreteScheduler,
+        MochiPipeline,
+        MochiTransformer3DModel,
+    )
+
+    with _seeded():
+        transformer = MochiTransformer3DModel(
+            patch_size=2,
+            num_attention_heads=2,
+            attention_head_dim=8,
+            num_layers=1,
+            pooled_projection_dim=16,
+            in_channels=12,
+            out_channels=None,
+            qk_norm="rms_norm",
+            text_embed_dim=32,
+            time_embed_dim=4,
+            activation_fn="swiglu",
+            max_sequence_length=16,
+        ).eval()
+        vae = AutoencoderKLMochi(
+            latent_channels=12,
+            out_channels=3,
+            encoder_block_out_channels=(32, 32, 32, 32),
+            decoder_block_out_channels=(32, 32, 32, 32),
+            layers_per_block=(1, 1, 1, 1, 1),
+        ).eval()
+        encoder = t5_encoder()
+    return MochiPipeline(
+        tokenizer=tokenizer(),
+        text_encoder=encoder,
+        vae=vae,
+        transformer=transformer,
+        scheduler=FlowMatchEulerDiscreteScheduler(),
+    )
+
+
+BUILDERS.update(mochi=mochi)

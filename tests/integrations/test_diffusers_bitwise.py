@@ -31,6 +31,7 @@ PIPELINES = [
     "stable_audio",
     "ltx2",
     "latte",
+    "mochi",
 ]
 PER_PROMPT = {
     "flux": "num_images_per_prompt",
@@ -50,6 +51,7 @@ EXPECTED_DRAWS = {
     "stable_audio": ("noise",),
     "ltx2": ("noise", "audio_noise", "decode_noise"),
     "latte": ("noise",),
+    "mochi": ("noise",),
 }
 
 
@@ -81,7 +83,7 @@ def test_batch_with_generator_list(tiny: Any, name: str) -> None:
 
 
 @pytest.mark.parametrize("as_list", [False, True])
-@pytest.mark.parametrize("name", ["wan21", "flux", "ltx", "stable_audio", "ltx2", "latte"])
+@pytest.mark.parametrize("name", ["wan21", "flux", "ltx", "stable_audio", "ltx2", "latte", "mochi"])
 def test_several_outputs_per_prompt(tiny: Any, name: str, as_list: bool) -> None:
     pipe = tiny(name)
     kwargs = {**call_kwargs(name), PER_PROMPT.get(name, "num_videos_per_prompt"): 2}

@@ -10,8 +10,9 @@ recorded here per diffusers release; a release is supported only where every dig
 reviewed. Differences reviewed between releases (none touches a draw, a generator or a shape):
 0.41.0 moves the text-encoder, image-encoder and VAE inputs of Wan, Wan I2V and Flux to
 `get_module_execution_device(...)`, passes step kwargs to Wan's `cache_context`, and calls
-`scheduler.set_begin_index(0)` in HunyuanVideo; 0.42.0 adds LTX-2's `motion_speed` (positional
-embeddings only; a call passing it to an older release does not bind and runs the plain call).
+`scheduler.set_begin_index(0)` in HunyuanVideo and Mochi; 0.42.0 adds LTX-2's `motion_speed`
+(positional embeddings only; a call passing it to an older release does not bind and runs the
+plain call).
 `make test` runs all of tests/integrations on 0.42.1 (`.venv`) and on 0.40.0 (`.venv-vllm-omni`,
 `make pytest-diffusers-0.40`); 0.41.0 and 0.42.0 passed the same suite once, with the release's
 wheel unpacked ahead of the main venv's diffusers on `PYTHONPATH` (README, diffusers section).
@@ -90,6 +91,11 @@ DRAW_CODE: dict[str, dict[str, tuple[str, ...]]] = {
         "7e0991c1ba0d": ("0.41.0", "0.42.0", "0.42.1"),
     },
     P + "flux.pipeline_flux:FluxPipeline.prepare_latents": {"a24bcef6f1ff": ALL},
+    P + "mochi.pipeline_mochi:MochiPipeline.__call__": {
+        "7b9f28a7295f": ("0.40.0",),
+        "f048d5045d01": ("0.41.0", "0.42.0", "0.42.1"),  # + scheduler.set_begin_index(0)
+    },
+    P + "mochi.pipeline_mochi:MochiPipeline.prepare_latents": {"dd7f1076ba60": ALL},
     P + "latte.pipeline_latte:LattePipeline.__call__": {"251a21d3ca82": ALL},
     P + "latte.pipeline_latte:LattePipeline.prepare_latents": {"6a4981c4645e": ALL},
     P + "latte.pipeline_latte:LattePipeline.encode_prompt": {"7ea805d12a20": ALL},  # the dtype

@@ -18,6 +18,7 @@ from prenoise.integrations.diffusers.pipelines.hunyuan_video import plan_hunyuan
 from prenoise.integrations.diffusers.pipelines.latte import plan_latte
 from prenoise.integrations.diffusers.pipelines.ltx import plan_ltx, plan_ltx_i2v
 from prenoise.integrations.diffusers.pipelines.ltx2 import plan_ltx2
+from prenoise.integrations.diffusers.pipelines.mochi import plan_mochi
 from prenoise.integrations.diffusers.pipelines.stable_audio import plan_stable_audio
 from prenoise.integrations.diffusers.pipelines.wan import plan_wan, plan_wan_i2v
 from prenoise.integrations.diffusers.plan import BoundCall, PlannedDraw
@@ -48,6 +49,7 @@ _PLANS: dict[str, Planner] = {
     "diffusers.pipelines.stable_audio.pipeline_stable_audio.StableAudioPipeline": plan_stable_audio,
     "diffusers.pipelines.ltx2.pipeline_ltx2.LTX2Pipeline": plan_ltx2,
     "diffusers.pipelines.latte.pipeline_latte.LattePipeline": plan_latte,
+    "diffusers.pipelines.mochi.pipeline_mochi.MochiPipeline": plan_mochi,
 }
 
 

@@ -51,10 +51,14 @@ def _scheduler(name: str, base: Any) -> Any:
         )
     if name == "ddpm":
         return diffusers.DDPMScheduler.from_config(config)
+    if name == "lcm":
+        return diffusers.LCMScheduler.from_config(config)
+    if name == "tcd":
+        return diffusers.TCDScheduler.from_config(config)
     raise AssertionError(name)
 
 
-SCHEDULERS = ["dpm_cogvideox", "ddim", "euler_ancestral", "dpm_sde", "ddpm"]
+SCHEDULERS = ["dpm_cogvideox", "ddim", "euler_ancestral", "dpm_sde", "ddpm", "lcm", "tcd"]
 
 
 @pytest.fixture
@@ -67,8 +71,8 @@ def cogvideox(tiny: Any) -> Any:
 
 def _kwargs(steps: int, scheduler: str = "dpm_cogvideox", **extra: Any) -> dict[str, Any]:
     kwargs = {**call_kwargs("cogvideox"), "num_inference_steps": steps, **extra}
-    if scheduler == "ddim":
-        kwargs["eta"] = 0.7  # DDIM draws variance noise only with eta > 0
+    if scheduler in ("ddim", "tcd"):
+        kwargs["eta"] = 0.7  # DDIM and TCD draw noise only with eta > 0
     return kwargs
 
 

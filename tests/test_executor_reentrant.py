@@ -92,15 +92,21 @@ def test_a_cycle_of_waits_across_two_lanes_raises_in_the_job_that_closes_it() ->
     signals = WaitSignals("b")
     errors: list[BaseException] = []
     done = threading.Event()
+    all_submitted = threading.Event()  # else 'a' may ask for 'b' before 'b' exists
     with PreparationExecutor(name="cycle", workers=2, tracer=signals) as prep:
+
+        def take_b() -> object:
+            assert all_submitted.wait(WAIT_S)
+            return prep.take("b")
 
         def close_the_cycle() -> object:
             assert signals.entered["b"].wait(WAIT_S)
             return prep.take("c")
 
-        a = prep.submit("a", lambda: prep.take("b"))  # lane 0
+        a = prep.submit("a", take_b)  # lane 0
         prep.submit("b", capture(close_the_cycle, errors, done))  # lane 1
         prep.submit("c", lambda: noise(7))  # lane 0, behind 'a'
+        all_submitted.set()
         assert done.wait(WAIT_S)
         b_thread = prep.take(a)  # 'a' got 'b''s result once 'b' gave up
         c = prep.take("c")

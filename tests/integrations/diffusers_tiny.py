@@ -310,6 +310,10 @@ def call_kwargs(name: str, prompts: int = 1) -> dict[str, Any]:
         kwargs.update(num_inference_steps=2, guidance_scale=6.0, output_type="pt")
     elif name.startswith("cogvideox"):
         kwargs.update(VIDEO, height=32, width=32, negative_prompt="bad", guidance_scale=6.0)
+    elif name == "allegro":
+        kwargs.update(num_frames=8, height=16, width=16, num_inference_steps=3)
+        kwargs.update(negative_prompt="bad", guidance_scale=5.0, max_sequence_length=16)
+        kwargs.update(output_type="latent", clean_caption=False)
     elif name == "mochi":
         kwargs.update(VIDEO, num_frames=7, height=16, width=16, negative_prompt="bad")
         kwargs.update(guidance_scale=4.5)
@@ -895,3 +899,49 @@ def mochi() -> Any:
 
 
 BUILDERS.update(mochi=mochi)
+
+
+def allegro() -> Any:
+    """Allegro with Euler ancestral (its released scheduler: draws at every step)."""
+    from diffusers import (
+        AllegroPipeline,
+        AllegroTransformer3DModel,
+        AutoencoderKLAllegro,
+        EulerAncestralDiscreteScheduler,
+    )
+
+    with _seeded():
+        transformer = AllegroTransformer3DModel(
+            num_attention_heads=2,
+            attention_head_dim=12,
+            in_channels=4,
+            out_channels=4,
+            num_layers=1,
+            cross_attention_dim=24,
+            sample_width=8,
+            sample_height=8,
+            sample_frames=8,
+            caption_channels=32,
+        ).eval()
+        vae = AutoencoderKLAllegro(
+            in_channels=3,
+            out_channels=3,
+            down_block_types=("AllegroDownBlock3D",) * 4,
+            up_block_types=("AllegroUpBlock3D",) * 4,
+            block_out_channels=(8, 8, 8, 8),
+            latent_channels=4,
+            layers_per_block=1,
+            norm_num_groups=2,
+            temporal_compression_ratio=4,
+        ).eval()
+        encoder = t5_encoder()
+    return AllegroPipeline(
+        tokenizer=tokenizer(),
+        text_encoder=encoder,
+        vae=vae,
+        transformer=transformer,
+        scheduler=EulerAncestralDiscreteScheduler(),
+    )
+
+
+BUILDERS.update(allegro=allegro)

@@ -32,6 +32,7 @@ PIPELINES = [
     "ltx2",
     "latte",
     "mochi",
+    "allegro",
 ]
 PER_PROMPT = {
     "flux": "num_images_per_prompt",
@@ -52,6 +53,7 @@ EXPECTED_DRAWS = {
     "ltx2": ("noise", "audio_noise", "decode_noise"),
     "latte": ("noise",),
     "mochi": ("noise",),
+    "allegro": ("noise",),
 }
 
 

@@ -270,3 +270,13 @@ def test_latte_with_ddim_eta(tiny: Any, steps: int) -> None:
     assert_outputs_bitwise_equal(plain, overlapped)
     assert_same_states(pg, og)
     assert report.step_served == steps - 1 and report.step_left is None
+
+
+def test_allegro_with_its_euler_ancestral_scheduler(tiny: Any) -> None:
+    """Allegro's released scheduler draws at every step, on the request's generator."""
+    pipe = tiny("allegro")
+    kwargs = {**call_kwargs("allegro"), "num_inference_steps": 6}
+    plain, overlapped, report, pg, og = both_arms(pipe, kwargs, [13], False)
+    assert_outputs_bitwise_equal(plain, overlapped)
+    assert_same_states(pg, og)
+    assert report.step_served == 5 and report.step_left is None

@@ -91,6 +91,9 @@ DRAW_CODE: dict[str, dict[str, tuple[str, ...]]] = {
         "7e0991c1ba0d": ("0.41.0", "0.42.0", "0.42.1"),
     },
     P + "flux.pipeline_flux:FluxPipeline.prepare_latents": {"a24bcef6f1ff": ALL},
+    P + "allegro.pipeline_allegro:AllegroPipeline.__call__": {"b0b8ae41391e": ALL},
+    P + "allegro.pipeline_allegro:AllegroPipeline.prepare_latents": {"70281ec216b9": ALL},
+    P + "allegro.pipeline_allegro:AllegroPipeline.encode_prompt": {"1cc56efc1958": ALL},
     P + "mochi.pipeline_mochi:MochiPipeline.__call__": {
         "7b9f28a7295f": ("0.40.0",),
         "f048d5045d01": ("0.41.0", "0.42.0", "0.42.1"),  # + scheduler.set_begin_index(0)

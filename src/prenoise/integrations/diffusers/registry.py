@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from prenoise.integrations.diffusers.pipelines.allegro import plan_allegro
 from prenoise.integrations.diffusers.pipelines.cogvideox import plan_cogvideox, plan_cogvideox_i2v
 from prenoise.integrations.diffusers.pipelines.flux import plan_flux
 from prenoise.integrations.diffusers.pipelines.hunyuan_video import plan_hunyuan_video
@@ -50,6 +51,7 @@ _PLANS: dict[str, Planner] = {
     "diffusers.pipelines.ltx2.pipeline_ltx2.LTX2Pipeline": plan_ltx2,
     "diffusers.pipelines.latte.pipeline_latte.LattePipeline": plan_latte,
     "diffusers.pipelines.mochi.pipeline_mochi.MochiPipeline": plan_mochi,
+    "diffusers.pipelines.allegro.pipeline_allegro.AllegroPipeline": plan_allegro,
 }
 
 

@@ -19,7 +19,8 @@ Measured per call, arms alternating in one process (plain/overlapped, then overl
   the waits for prepared draws, the generator state check and set, the device move);
 - the whole call's wall time;
 - each pair is checked bitwise equal (latents and the generator's final state).
-Then the per-step draw's own cost per noise stream (`noise_streams.randn`, median of 7).
+Then the per-step draw's own cost per noise stream (`noise_streams.randn`) and of `torch.randn`,
+each the median of 7 draws.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +43,8 @@ import torch
 
 _TESTS = Path(__file__).resolve().parents[1] / "tests"
 sys.path[:0] = [str(_TESTS / "integrations"), str(_TESTS)]  # the tiny offline pipelines
+
+from bench_diffusers import timed_attr  # noqa: E402 (after the path set-up it relies on)
 
 SHAPE = (1, 13, 16, 60, 90)
 
@@ -91,33 +95,15 @@ def build(step_s: float, dtype: torch.dtype) -> Any:
     return pipe
 
 
-def timed(owner: Any, name: str, sink: list[float]) -> Callable[[], None]:
-    """Wrap `owner.name` to add each call's seconds to `sink`; returns the undo."""
-    original = getattr(owner, name)
-
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        start = time.perf_counter()
-        try:
-            return original(*args, **kwargs)
-        finally:
-            sink.append(time.perf_counter() - start)
-
-    setattr(owner, name, wrapper)
-    return lambda: setattr(owner, name, original)
-
-
 def run_plain(pipe: Any, kwargs: dict[str, Any], seed: int) -> dict[str, Any]:
     import diffusers.schedulers.scheduling_dpm_cogvideox as dpm
 
     spent: list[float] = []
-    undo = timed(dpm, "randn_tensor", spent)
     generator = torch.Generator("cpu").manual_seed(seed)
-    try:
+    with timed_attr(dpm, "randn_tensor", spent):
         start = time.perf_counter()
         out = pipe(generator=generator, **kwargs).frames
         wall = time.perf_counter() - start
-    finally:
-        undo()
     return {
         "out": out,
         "state": generator.get_state(),
@@ -132,14 +118,11 @@ def run_overlapped(pipe: Any, kwargs: dict[str, Any], seed: int) -> dict[str, An
     from prenoise.integrations.diffusers.step_noise import StepLookahead
 
     spent: list[float] = []
-    undo = timed(StepLookahead, "serve", spent)
     generator = torch.Generator("cpu").manual_seed(seed)
-    try:
+    with timed_attr(StepLookahead, "serve", spent):
         start = time.perf_counter()
         output, report = overlapped_call_with_report(pipe, generator=generator, **kwargs)
         wall = time.perf_counter() - start
-    finally:
-        undo()
     assert report.step_left is None and report.step_unused == 0, report
     return {
         "out": output.frames,
@@ -154,20 +137,23 @@ def run_overlapped(pipe: Any, kwargs: dict[str, Any], seed: int) -> dict[str, An
 def stream_costs(dtype: torch.dtype, repeats: int = 7) -> dict[str, float]:
     from prenoise import noise_streams
 
+    def native_torch(*, generator: torch.Generator) -> None:
+        torch.randn(SHAPE, generator=generator, dtype=dtype)
+
+    draws: dict[str, Callable[..., Any]] = {
+        stream: partial(noise_streams.randn, SHAPE, stream=stream, dtype=dtype)
+        for stream in (noise_streams.NATIVE, "x86", "libm")
+    }
+    draws["torch.randn"] = native_torch
     costs = {}
-    for stream in (noise_streams.NATIVE, "x86", "libm"):
+    for name, draw in draws.items():
         times = []
         for i in range(repeats):
             generator = torch.Generator("cpu").manual_seed(i)
             start = time.perf_counter()
-            noise_streams.randn(SHAPE, generator=generator, stream=stream, dtype=dtype)
+            draw(generator=generator)
             times.append(time.perf_counter() - start)
-        costs[stream] = statistics.median(times)
-    generator = torch.Generator("cpu").manual_seed(0)
-    start = time.perf_counter()
-    for _ in range(repeats):
-        torch.randn(SHAPE, generator=generator, dtype=dtype)
-    costs["torch.randn"] = (time.perf_counter() - start) / repeats
+        costs[name] = statistics.median(times)
     return costs
 
 

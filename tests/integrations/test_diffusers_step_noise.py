@@ -34,31 +34,23 @@ from prenoise.integrations.diffusers import (
 )
 from prenoise.integrations.diffusers.step_noise import LookaheadLimits, expected_step_draws
 
+SCHEDULER_CLASSES: dict[str, tuple[str, dict[str, Any]]] = {
+    "dpm_cogvideox": ("CogVideoXDPMScheduler", {}),
+    "ddim": ("DDIMScheduler", {}),
+    "euler_ancestral": ("EulerAncestralDiscreteScheduler", {}),
+    "dpm_sde": ("DPMSolverMultistepScheduler", {"algorithm_type": "sde-dpmsolver++"}),
+    "ddpm": ("DDPMScheduler", {}),
+    "lcm": ("LCMScheduler", {}),
+    "tcd": ("TCDScheduler", {}),
+}
+SCHEDULERS = list(SCHEDULER_CLASSES)
+
 
 def _scheduler(name: str, base: Any) -> Any:
     import diffusers
 
-    config = base.config
-    if name == "dpm_cogvideox":
-        return diffusers.CogVideoXDPMScheduler.from_config(config)
-    if name == "ddim":
-        return diffusers.DDIMScheduler.from_config(config)
-    if name == "euler_ancestral":
-        return diffusers.EulerAncestralDiscreteScheduler.from_config(config)
-    if name == "dpm_sde":
-        return diffusers.DPMSolverMultistepScheduler.from_config(
-            config, algorithm_type="sde-dpmsolver++"
-        )
-    if name == "ddpm":
-        return diffusers.DDPMScheduler.from_config(config)
-    if name == "lcm":
-        return diffusers.LCMScheduler.from_config(config)
-    if name == "tcd":
-        return diffusers.TCDScheduler.from_config(config)
-    raise AssertionError(name)
-
-
-SCHEDULERS = ["dpm_cogvideox", "ddim", "euler_ancestral", "dpm_sde", "ddpm", "lcm", "tcd"]
+    class_name, overrides = SCHEDULER_CLASSES[name]
+    return getattr(diffusers, class_name).from_config(base.config, **overrides)
 
 
 @pytest.fixture

@@ -104,7 +104,7 @@ class CallReport:
     Per-step sampler noise (`step_noise.StepLookahead`): `step_served` draws were prepared ahead
     and served, `step_unused` prepared and discarded, `step_left` says why the look-ahead ended
     before the loop did (None: it did not, or never started), `step_wait_s` is the request
-    thread's time blocked on them.
+    thread's time taking them (waits, the generator state check, the device move).
     """
 
     pipeline: str

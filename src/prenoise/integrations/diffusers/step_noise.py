@@ -147,6 +147,8 @@ class StepLookahead:
         noise_stream: str,
         limits: LookaheadLimits,
     ) -> None:
+        if limits.steps < 1:
+            raise ValueError("a look-ahead needs limits.steps >= 1 (steps=0: make none)")
         self._executor = executor
         self._scheduler = scheduler
         self._noise_stream = noise_stream
@@ -220,15 +222,12 @@ class StepLookahead:
         self._draw = Draw("step_noise", shape, dtype, half_rule=HalfDrawRule.NATIVE)
         self._chain = generator.get_state()
         self._to_submit = expected - 1  # the first was just drawn
+        if self._to_submit <= 0:
+            self._end_locked(None)  # the scheduler draws nothing more: nothing to prepare
+            return
         window = min(self._limits.steps, max(1, self._limits.bytes // self._draw.buffer_nbytes))
-        if self._limits.steps == 0:
-            window = 0
         for _ in range(min(window, self._to_submit)):
             self._submit_locked()
-        if expected <= 1:
-            self._end_locked(None)  # the scheduler draws nothing more: nothing to prepare
-        elif not self._jobs:
-            self._end_locked("look-ahead off (limits)")
 
     def _submit_locked(self) -> None:
         prepared = _Prepared(f"step:{self.served + len(self._jobs)}")

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import types
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -42,6 +44,9 @@ def tiny() -> Callable[[str], Any]:
     """`tiny(name)`: the tiny pipeline `name` of `diffusers_tiny.BUILDERS`, built once."""
 
     import diffusers_tiny
+
+    for module in sorted(Path(__file__).parent.glob("tiny_*.py")):
+        importlib.import_module(module.stem)  # each registers its builders and call arguments
 
     def get(name: str) -> Any:
         if name not in _cache:

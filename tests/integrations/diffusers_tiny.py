@@ -286,13 +286,20 @@ def image(seed: int = 0, size: int = 32) -> Any:
     return PIL.Image.fromarray(pixels.astype("uint8"))
 
 
+CALL_KWARGS: dict[str, Callable[[int], dict[str, Any]]] = {}
+"""Call arguments of the pipelines built in the `tiny_<family>.py` modules: `name` ->
+`kwargs(prompts)`, merged over the prompt (conftest.py imports every such module)."""
+
+
 def call_kwargs(name: str, prompts: int = 1) -> dict[str, Any]:
     """Small call arguments for the pipeline `name` (without `generator`)."""
     prompt: str | list[str] = "a cat dance on the moon"
     if prompts > 1:
         prompt = [f"a {w} in the sky" for w in WORDS[1 : prompts + 1]]
     kwargs: dict[str, Any] = {"prompt": prompt}
-    if name.startswith("wan"):
+    if name in CALL_KWARGS:
+        kwargs.update(CALL_KWARGS[name](prompts))
+    elif name.startswith("wan"):
         size = 64 if name == "wan22_ti2v" else 32
         kwargs.update(VIDEO, height=size, width=size, negative_prompt="bad", guidance_scale=5.0)
     elif name == "flux":

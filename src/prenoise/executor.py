@@ -28,7 +28,7 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Collection, Hashable, Sequence
 from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -375,10 +375,15 @@ class PreparationExecutor:
             with self._lock:
                 self._waits.pop(lane, None)
 
-    def cancel_pending(self) -> list[str]:
-        """Cancel jobs that have not started; returns their names (they can no longer be taken)."""
+    def cancel_pending(self, names: Collection[str] | None = None) -> list[str]:
+        """Cancel jobs that have not started (of `names` only, when given); returns their names
+        (they can no longer be taken)."""
         with self._lock:
-            cancelled = [n for n, job in self._jobs.items() if job.future.cancel()]
+            cancelled = [
+                n
+                for n, job in self._jobs.items()
+                if (names is None or n in names) and job.future.cancel()
+            ]
             for n in cancelled:
                 del self._jobs[n]
             self._cancelled.update(cancelled)

@@ -417,7 +417,9 @@ def assert_served_from_the_worker(recorder: OverlapRecorder, report: Any) -> Non
     """Every served draw was a job on the call's worker, drawn there before the pipeline asked
     for it; nothing was drawn by prenoise outside those jobs."""
     served = [f"{i}:{label}" for i, label in enumerate(report.planned[: report.served])]
-    steps = [f"step:{i}" for i in range(report.step_served)]  # per-step draws (step_noise.py)
+    # per-step draws (step_noise.py): step:0 is the first one's, when it was prepared
+    first = 0 if report.step_first_ahead else 1
+    steps = [f"step:{i}" for i in range(first, first + report.step_served)]
     assert report.served >= 1
     if report.left_plan is None and report.step_left is None and report.step_unused == 0:
         assert report.served == len(report.planned)

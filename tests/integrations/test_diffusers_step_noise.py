@@ -42,6 +42,10 @@ SCHEDULER_CLASSES: dict[str, tuple[str, dict[str, Any]]] = {
     "ddpm": ("DDPMScheduler", {}),
     "lcm": ("LCMScheduler", {}),
     "tcd": ("TCDScheduler", {}),
+    "dpm_singlestep_sde": (
+        "DPMSolverSinglestepScheduler",
+        {"algorithm_type": "sde-dpmsolver++", "solver_order": 2},
+    ),
 }
 SCHEDULERS = list(SCHEDULER_CLASSES)
 
@@ -79,8 +83,8 @@ def test_per_step_draws_are_served_ahead_bitwise(
     assert_same_states(pg, og)
     expected = expected_step_draws(cogvideox.scheduler)
     assert expected is not None
-    # the first per-step draw is the plain one; every later one was prepared on the worker
-    assert report.step_served == max(expected - 1, 0)
+    # every per-step draw was prepared on the worker, the first one right after the noise
+    assert report.step_first_ahead is (expected > 0) and report.step_served == expected
     if steps == 5:
         assert report.step_served >= 3
     assert report.step_unused == 0 and report.step_left is None
@@ -92,7 +96,7 @@ def test_many_steps_dpm_cogvideox(cogvideox: Any, seed: int) -> None:
     plain, overlapped, report, pg, og = both_arms(cogvideox, _kwargs(12), [seed], False)
     assert_outputs_bitwise_equal(plain, overlapped)
     assert_same_states(pg, og)
-    assert report.step_served == 2 * 12 - 2 - 1
+    assert report.step_served == 2 * 12 - 2
 
 
 def _callback_arms(pipe: Any, kwargs: dict[str, Any], make_callback: Any) -> Any:
@@ -118,7 +122,7 @@ def test_a_callback_drawing_from_the_generator_ends_the_look_ahead(cogvideox: An
     assert_outputs_bitwise_equal(plain, overlapped)
     assert_same_states(pg, og)
     assert report.step_left is not None and "generator changed" in report.step_left
-    assert 0 < report.step_served < 2 * 6 - 3
+    assert 0 < report.step_served < 2 * 6 - 2
     assert report.step_unused >= 1
 
 
@@ -216,7 +220,7 @@ def test_a_perturbed_per_step_draw_is_caught(
 
     def run(self: Any, prepared: Any) -> torch.Tensor:
         tensor = real_run(self, prepared)
-        if prepared.job == "step:1":
+        if prepared.job == "step:2":
             tensor.view(-1)[0] *= -1  # its sign bit: one bit of one draw
         return tensor
 
@@ -246,7 +250,7 @@ def test_per_step_draws_in_a_named_stream(cogvideox: Any, stream: str) -> None:
         ahead, report = overlapped_call_with_report(cogvideox, generator=gen, **kwargs)
     finally:
         disable(cogvideox)
-    assert report.stream == stream and report.step_served == 2 * 5 - 3
+    assert report.stream == stream and report.step_served == 2 * 5 - 2
     assert torch.equal(output_tensor(ahead).view(torch.uint8), serial.view(torch.uint8))
     native = output_tensor(cogvideox(generator=generators([8])[0], **kwargs))
     if stream == noise_streams.local_torch_stream():
@@ -261,7 +265,7 @@ def test_latte_with_ddim_eta(tiny: Any, steps: int) -> None:
     plain, overlapped, report, pg, og = both_arms(pipe, kwargs, [12], False)
     assert_outputs_bitwise_equal(plain, overlapped)
     assert_same_states(pg, og)
-    assert report.step_served == steps - 1 and report.step_left is None
+    assert report.step_served == steps and report.step_left is None
 
 
 def test_allegro_with_its_euler_ancestral_scheduler(tiny: Any) -> None:
@@ -271,4 +275,109 @@ def test_allegro_with_its_euler_ancestral_scheduler(tiny: Any) -> None:
     plain, overlapped, report, pg, og = both_arms(pipe, kwargs, [13], False)
     assert_outputs_bitwise_equal(plain, overlapped)
     assert_same_states(pg, og)
-    assert report.step_served == 5 and report.step_left is None
+    assert report.step_served == 6 and report.step_left is None
+
+
+def test_the_first_per_step_draw_is_prepared_only_when_the_call_will_make_it(
+    cogvideox: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DDIM with eta 0 draws nothing: no first draw is guessed (no wasted worker draw)."""
+    guesses: list[Any] = []
+    real = step_noise.StepLookahead.prepare_first
+
+    def prepare_first(self: Any, *args: Any) -> None:
+        guesses.append(args)
+        real(self, *args)
+
+    monkeypatch.setattr(step_noise.StepLookahead, "prepare_first", prepare_first)
+    cogvideox.scheduler = _scheduler("ddim", cogvideox.scheduler)
+    for eta, guessed in ((0.0, False), (0.7, True)):
+        guesses.clear()
+        kwargs = {**_kwargs(3, "ddim"), "eta": eta}
+        plain, overlapped, report, pg, og = both_arms(cogvideox, kwargs, [4], False)
+        assert_outputs_bitwise_equal(plain, overlapped)
+        assert_same_states(pg, og)
+        assert bool(guesses) is guessed and report.step_first_ahead is guessed
+        assert report.step_served == (3 if guessed else 0)
+
+
+def test_a_first_draw_guessed_in_another_dtype_is_dropped(
+    cogvideox: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A guess that misses the key: the first draw is the plain one, the look-ahead goes on."""
+    real = step_noise.StepLookahead.prepare_first
+
+    def in_float16(self: Any, shape: Any, generator: Any, dtypes: Any) -> None:
+        real(self, shape, generator, (torch.float16,))
+
+    monkeypatch.setattr(step_noise.StepLookahead, "prepare_first", in_float16)
+    plain, overlapped, report, pg, og = both_arms(cogvideox, _kwargs(4), [14], False)
+    assert_outputs_bitwise_equal(plain, overlapped)
+    assert_same_states(pg, og)
+    assert not report.step_first_ahead
+    assert report.step_served == 2 * 4 - 2 - 1 and report.step_unused == 0
+
+
+def test_a_generator_moved_before_the_first_step_draw_drops_the_guess(
+    cogvideox: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Something draws from the generator after the noise and before the first per-step draw
+    (here the scheduler's `scale_model_input`, once): the guessed draw started from the state
+    before it, so it is not served; the plain first draw runs and the look-ahead follows it."""
+    real_scale = cogvideox.scheduler.scale_model_input
+    arm: dict[str, torch.Generator] = {}
+
+    def scale_model_input(sample: Any, *args: Any, **kwargs: Any) -> Any:
+        generator = arm.pop("generator", None)
+        if generator is not None:
+            torch.randn(5, generator=generator)
+        return real_scale(sample, *args, **kwargs)
+
+    monkeypatch.setattr(cogvideox.scheduler, "scale_model_input", scale_model_input)
+    kwargs = _kwargs(4)
+    pg, og = generators([15]), generators([15])
+    arm["generator"] = pg[0]
+    plain = cogvideox(generator=pg[0], **kwargs)
+    arm["generator"] = og[0]
+    overlapped, report = overlapped_call_with_report(cogvideox, generator=og[0], **kwargs)
+    assert_outputs_bitwise_equal(plain, overlapped)
+    assert_same_states(pg, og)
+    assert not report.step_first_ahead
+    assert report.step_served == 2 * 4 - 2 - 1 and report.step_left is None
+
+
+@pytest.mark.parametrize(
+    ("class_name", "config", "eta", "draws"),
+    [
+        ("CogVideoXDPMScheduler", {}, None, True),
+        ("EulerAncestralDiscreteScheduler", {}, None, True),
+        ("DDPMScheduler", {}, None, True),
+        ("LCMScheduler", {}, None, True),
+        ("DDIMScheduler", {}, 0.0, False),
+        ("DDIMScheduler", {}, 0.5, True),
+        ("TCDScheduler", {}, 0.0, False),
+        ("TCDScheduler", {}, 0.3, True),
+        ("DPMSolverMultistepScheduler", {}, None, False),
+        ("DPMSolverMultistepScheduler", {"algorithm_type": "sde-dpmsolver++"}, None, True),
+        (
+            "DPMSolverMultistepScheduler",
+            {"algorithm_type": "sde-dpmsolver", "final_sigmas_type": "sigma_min"},
+            None,
+            True,
+        ),
+        ("DPMSolverSinglestepScheduler", {}, None, False),
+        ("DPMSolverSinglestepScheduler", {"algorithm_type": "sde-dpmsolver++"}, None, True),
+        ("FlowMatchEulerDiscreteScheduler", {}, None, False),
+        ("FlowMatchEulerDiscreteScheduler", {"stochastic_sampling": True}, None, True),
+        ("EulerDiscreteScheduler", {}, None, False),  # not in STEP_DRAWS
+    ],
+)
+def test_draws_in_this_call_reads_the_scheduler_configuration(
+    tiny: Any, class_name: str, config: dict[str, Any], eta: Any, draws: bool
+) -> None:
+    import diffusers
+
+    scheduler = getattr(diffusers, class_name)(**config)
+    assert step_noise.draws_in_this_call(tiny("cogvideox"), scheduler, eta) is draws
+    # a pipeline that does not hand its generator to `scheduler.step` never draws on it there
+    assert not step_noise.draws_in_this_call(tiny("wan21"), scheduler, eta)

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
+import torch
+
 from prenoise.executor import PreparationExecutor
 from prenoise.integrations.diffusers.enabling import check_pipeline, original_class
 from prenoise.integrations.diffusers.patching import (
@@ -36,7 +38,11 @@ from prenoise.integrations.diffusers.plan import PlannedDraw, Unpredictable, cal
 from prenoise.integrations.diffusers.queue import ReplayQueue
 from prenoise.integrations.diffusers.raw_draws import CallWindow, active_window, call_window
 from prenoise.integrations.diffusers.registry import TESTED_DIFFUSERS_VERSIONS, planner_for
-from prenoise.integrations.diffusers.step_noise import StepLookahead, lookahead_limits_of
+from prenoise.integrations.diffusers.step_noise import (
+    StepLookahead,
+    draws_in_this_call,
+    lookahead_limits_of,
+)
 from prenoise.integrations.diffusers.streams import (
     StreamTarget,
     noise_stream_of,
@@ -105,6 +111,8 @@ class CallReport:
     and served, `step_unused` prepared and discarded, `step_left` says why the look-ahead ended
     before the loop did (None: it did not, or never started), `step_wait_s` is the request
     thread's time taking them (waits, the generator state check, the device move).
+    `step_first_ahead` says whether the first per-step draw was among the served ones (it is
+    prepared when the call can be seen to make it; else it is drawn plainly, not counted).
     """
 
     pipeline: str
@@ -122,6 +130,7 @@ class CallReport:
     step_unused: int = 0
     step_left: str | None = None
     step_wait_s: float = 0.0
+    step_first_ahead: bool = False
 
     @property
     def overhead_s(self) -> float:
@@ -228,6 +237,9 @@ def overlapped_call_with_report(pipe: Any, *args: Any, **kwargs: Any) -> tuple[A
         scheduler = getattr(pipe, "scheduler", None)
         if limits.steps > 0 and scheduler is not None:
             queue.steps = StepLookahead(executor, scheduler, stream, limits)
+            eta = _argument(cls, pipe, args, kwargs, "eta")
+            if draws_in_this_call(pipe, scheduler, eta):
+                _prepare_first_step_draw(queue.steps, planned)
         try:
             with replay_context(queue), active_window(window):
                 call_start = time.perf_counter()
@@ -264,6 +276,24 @@ def overlapped_call_with_report(pipe: Any, *args: Any, **kwargs: Any) -> tuple[A
     return output, report
 
 
+def _argument(cls: type, pipe: Any, args: Sequence[Any], kwargs: dict[str, Any], name: str) -> Any:
+    """The call's argument `name` (its default when not given; None when it has none)."""
+    bound = inspect.signature(cls.__call__).bind(pipe, *args, **kwargs)  # bound by plan_call
+    bound.apply_defaults()
+    return bound.arguments.get(name)
+
+
+def _prepare_first_step_draw(steps: StepLookahead, planned: Sequence[PlannedDraw]) -> None:
+    """Prepare the first per-step draw at the noise's shape, on its one generator, in the
+    noise's dtype and in float32 (the schedulers draw like the model output, which the
+    pipelines often upcast)."""
+    noise = [p for p in planned if p.label == "noise" and len(p.generators) == 1]
+    if noise:
+        draw = noise[-1]
+        dtypes = tuple(dict.fromkeys((draw.dtype, torch.float32)))
+        steps.prepare_first(draw.shape, draw.generators[0], dtypes)
+
+
 def _step_fields(steps: StepLookahead | None) -> dict[str, Any]:
     if steps is None:
         return {}
@@ -272,6 +302,7 @@ def _step_fields(steps: StepLookahead | None) -> dict[str, Any]:
         "step_unused": steps.unused,
         "step_left": steps.left,
         "step_wait_s": steps.wait_s,
+        "step_first_ahead": steps.first_ahead,
     }
 
 

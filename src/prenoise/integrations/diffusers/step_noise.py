@@ -5,9 +5,15 @@ caller's generator to `scheduler.step`; a stochastic scheduler then draws the wh
 it at every step, between two transformer calls. `StepLookahead` takes those draws off the
 request thread, bitwise:
 
-- It starts at the call's first per-step draw (after every planned initial draw was served),
-  which it draws itself on the request thread as the plain call would; that draw's key — shape,
-  dtype, the one generator — is what it then prepares, for a scheduler in `STEP_DRAWS` only.
+- It starts at the call's first per-step draw (after every planned initial draw was served).
+  That draw's key — shape, dtype, the one generator — is what it then prepares, for a scheduler
+  in `STEP_DRAWS` only. The first draw itself is prepared too when the call can be seen to make
+  it (`prepare_first`: the pipeline hands its generator to `scheduler.step` and the scheduler is
+  configured to draw, `draws_in_this_call`): right after the planned initial draws, on the same
+  worker lane, from a clone of the generator in the state they leave it in, for the noise's
+  shape and each likely dtype (the noise's and float32: the dtype of the model output the
+  scheduler draws like). Served only when the call's key is one of them and the generator is in
+  that state; otherwise the first draw is the plain one, drawn on the request thread.
 - The worker continues from the generator's state after that draw on a *clone* (a private
   `torch.Generator`), one draw after another: each job records the clone's state before and
   after its draw. At most `LookaheadLimits.steps` draws (and `bytes`) wait unserved at a time,
@@ -32,7 +38,7 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -45,6 +51,7 @@ __all__ = [
     "STEP_DRAWS",
     "LookaheadLimits",
     "StepLookahead",
+    "draws_in_this_call",
     "expected_step_draws",
     "lookahead_limits_of",
 ]
@@ -106,6 +113,42 @@ def expected_step_draws(scheduler: Any) -> int | None:
     return count(timesteps)
 
 
+_ETA_DRAWS = frozenset({"scheduling_ddim.DDIMScheduler", "scheduling_tcd.TCDScheduler"})
+_SDE_DRAWS = frozenset(
+    {
+        "scheduling_dpmsolver_multistep.DPMSolverMultistepScheduler",
+        "scheduling_dpmsolver_singlestep.DPMSolverSinglestepScheduler",
+    }
+)
+
+
+def draws_in_this_call(pipe: Any, scheduler: Any, eta: object) -> bool:
+    """True when a call of `pipe` with `eta` (its `eta=` argument; None: not given) will make
+    per-step draws on the caller's generator: the pipeline hands it to `scheduler.step`
+    (`prepare_extra_step_kwargs`), the scheduler is in `STEP_DRAWS`, and its configuration
+    draws (DDIM and TCD: `eta > 0`, which the pipelines pass from their own `eta` argument,
+    default 0; DPM-Solver: an `sde-*` algorithm; flow-match Euler: `stochastic_sampling`).
+
+    Only decides whether the first per-step draw is worth preparing; a wrong answer costs
+    one draw on the worker (or the plain first draw on the request thread), never bits.
+    """
+    if not callable(getattr(pipe, "prepare_extra_step_kwargs", None)):
+        return False
+    cls = type(scheduler)
+    name = f"{cls.__module__}.{cls.__qualname__}"
+    if name not in STEP_DRAWS:
+        return False
+    short = name.removeprefix(_SCHEDULERS)
+    config = getattr(scheduler, "config", None)
+    if short in _ETA_DRAWS:
+        return isinstance(eta, int | float) and eta > 0
+    if short in _SDE_DRAWS:
+        return str(getattr(config, "algorithm_type", "")).startswith("sde-")
+    if short == "scheduling_flow_match_euler_discrete.FlowMatchEulerDiscreteScheduler":
+        return bool(getattr(config, "stochastic_sampling", False))
+    return True
+
+
 @dataclass(frozen=True)
 class LookaheadLimits:
     """How far ahead per-step draws may be prepared: at most `steps` draws, and `bytes` of
@@ -137,6 +180,18 @@ class _Prepared:
     after: torch.Tensor | None = None
 
 
+@dataclass
+class _FirstGuess:
+    """The first per-step draw, prepared for each dtype it may have (see `prepare_first`)."""
+
+    job: str
+    shape: tuple[int, ...]
+    generator: torch.Generator
+    dtypes: tuple[torch.dtype, ...]
+    before: torch.Tensor | None = None
+    drawn: dict[torch.dtype, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
+
+
 class StepLookahead:
     """One call's per-step draws, prepared on `executor`'s lane (see the module doc)."""
 
@@ -159,12 +214,45 @@ class StepLookahead:
         self._draw: Draw | None = None
         self._chain: torch.Tensor | None = None  # the clone's state after the last job's draw
         self._jobs: list[_Prepared] = []  # submitted, not served, in order
+        self._submitted = 0  # jobs ever submitted: their names are step:0, step:1, ...
+        self._first: _FirstGuess | None = None
         self._to_submit = 0
         self._ended = False
         self.served = 0
         self.unused = 0
         self.wait_s = 0.0
         self.left: str | None = None
+        self.first_ahead = False
+        """Whether the first per-step draw was served from `prepare_first`'s job."""
+
+    def prepare_first(
+        self, shape: tuple[int, ...], generator: torch.Generator, dtypes: tuple[torch.dtype, ...]
+    ) -> None:
+        """Prepare the call's first per-step draw: call right after the planned initial draws
+        were submitted (the same lane runs this job after them, so the generator is then in the
+        state they leave it in; the job only reads it). `dtypes`: the dtypes it may be drawn
+        in, each drawn from that state on its own clone. Unserved, it is dropped (not counted
+        in `unused`)."""
+        with self._lock:
+            if self._ended or self._key is not None or self._first is not None:
+                return
+            guess = _FirstGuess(self._next_job(), tuple(shape), generator, tuple(dtypes))
+            self._executor.submit(guess.job, lambda: self._run_first(guess))
+            self._first = guess
+
+    def _run_first(self, guess: _FirstGuess) -> None:
+        guess.before = guess.generator.get_state()
+        for dtype in guess.dtypes:
+            clone = torch.Generator(device="cpu")
+            clone.set_state(guess.before)
+            draw = Draw("step_noise", guess.shape, dtype, half_rule=HalfDrawRule.NATIVE)
+            tensor = run_draw(draw, clone, allow_scalar_path=True, noise_stream=self._noise_stream)
+            guess.drawn[dtype] = (tensor, clone.get_state())
+
+    def _next_job(self) -> str:
+        name = f"step:{self._submitted}"
+        self._submitted += 1
+        return name
 
     def serve(
         self,
@@ -186,8 +274,11 @@ class StepLookahead:
                 self._end_locked(problem)
                 return original(*args, **kwargs)
             if self._key is None:
-                out = original(*args, **kwargs)  # the first per-step draw: the plain one
-                self._start_locked(tuple(shape), gens[0], dtype or torch.get_default_dtype())
+                key_dtype = dtype or torch.get_default_dtype()
+                out = self._take_first_locked(tuple(shape), gens[0], key_dtype, device)
+                if out is None:
+                    out = original(*args, **kwargs)  # the first per-step draw: the plain one
+                self._start_locked(tuple(shape), gens[0], key_dtype)
                 return out
             if not self._jobs:
                 self._end_locked("the scheduler drew more than its timesteps say")
@@ -207,6 +298,38 @@ class StepLookahead:
         if actual != self._key:
             return f"a per-step draw of {list(shape)} {actual[1]}, not the first one's"
         return None
+
+    def _take_first_locked(
+        self, shape: tuple[int, ...], generator: torch.Generator, dtype: torch.dtype, device: Any
+    ) -> torch.Tensor | None:
+        """The prepared first draw when it is this call's (its key, the generator's state)."""
+        guess, self._first = self._first, None
+        if guess is None:
+            return None
+        if guess.shape != shape or guess.generator is not generator or dtype not in guess.dtypes:
+            self._drop_first(guess)
+            return None
+        start = time.perf_counter()
+        try:
+            self._executor.take(guess.job)
+        except Exception:  # a failed guess never reaches the caller: the plain draw runs
+            return None
+        assert guess.before is not None
+        if not torch.equal(generator.get_state(), guess.before):
+            return None  # something drew from it after the initial draws
+        tensor, after = guess.drawn[dtype]
+        generator.set_state(after)
+        self.served += 1
+        self.first_ahead = True
+        out = tensor.to(_target_device(device))
+        self.wait_s += time.perf_counter() - start
+        return out
+
+    def _drop_first(self, guess: _FirstGuess) -> None:
+        """Cancel an unserved guess if it has not started. One that ran or runs is left to the
+        executor, whose exit (before the call returns) joins it and drops its result: it drew
+        only on clones, so nothing of the call depends on it."""
+        self._executor.cancel_pending([guess.job])
 
     def _start_locked(self, shape: tuple[int, ...], generator: torch.Generator, dtype: Any) -> None:
         expected = expected_step_draws(self._scheduler)
@@ -230,7 +353,7 @@ class StepLookahead:
             self._submit_locked()
 
     def _submit_locked(self) -> None:
-        prepared = _Prepared(f"step:{self.served + len(self._jobs)}")
+        prepared = _Prepared(self._next_job())
         self._executor.submit(prepared.job, lambda: self._run(prepared))
         self._jobs.append(prepared)
         self._to_submit -= 1
@@ -282,6 +405,9 @@ class StepLookahead:
         self._ended = True
         if why is not None:
             self.left = why
+        guess, self._first = self._first, None
+        if guess is not None:
+            self._drop_first(guess)
         if not self._jobs:
             return
         cancelled = set(self._executor.cancel_pending())

@@ -14,16 +14,30 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
+_FTFY_MODULES = (
+    "diffusers.pipelines.wan.pipeline_wan_i2v",
+    "diffusers.pipelines.wan.pipeline_wan_video2video",
+    "diffusers.pipelines.wan.pipeline_wan_vace",
+    "diffusers.pipelines.wan.pipeline_wan_animate",
+    "diffusers.pipelines.skyreels_v2.pipeline_skyreels_v2",
+    "diffusers.pipelines.skyreels_v2.pipeline_skyreels_v2_i2v",
+    "diffusers.pipelines.skyreels_v2.pipeline_skyreels_v2_diffusion_forcing",
+    "diffusers.pipelines.skyreels_v2.pipeline_skyreels_v2_diffusion_forcing_i2v",
+    "diffusers.pipelines.skyreels_v2.pipeline_skyreels_v2_diffusion_forcing_v2v",
+)
+
+
 @pytest.fixture(autouse=True)
 def _ftfy_stub(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """diffusers 0.42.1's Wan image-to-video module calls `ftfy` without importing it when ftfy
-    is not installed; an identity stub serves both arms of every comparison alike."""
+    """diffusers 0.42.1's Wan-family modules (image-, video-to-video, VACE, Animate, SkyReels-V2)
+    call `ftfy` in `prompt_clean` without importing it when ftfy is not installed; an identity
+    stub serves both arms of every comparison alike."""
     pytest.importorskip("diffusers")
-    import diffusers.pipelines.wan.pipeline_wan_i2v as wan_i2v
-
-    if not hasattr(wan_i2v, "ftfy"):
-        stub = types.SimpleNamespace(fix_text=lambda text: text)
-        monkeypatch.setattr(wan_i2v, "ftfy", stub, raising=False)
+    stub = types.SimpleNamespace(fix_text=lambda text: text)
+    for name in _FTFY_MODULES:
+        module = importlib.import_module(name)
+        if not hasattr(module, "ftfy"):
+            monkeypatch.setattr(module, "ftfy", stub, raising=False)
     yield
 
 

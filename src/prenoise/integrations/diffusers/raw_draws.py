@@ -17,8 +17,8 @@ Covered, diffusers 0.40.0–0.42.1 (the code around each draw is the same in all
 Not covered (local torch draws them, as without prenoise): the LTX / LTX-2 video VAE decoders'
 `decoder_inject_noise` draws (global RNG, inside the VAE); schedulers' draws outside
 `randn_tensor` (torchsde's Brownian trees in `DPMSolverSDEScheduler` and
-`CosineDPMSolverMultistepScheduler`, `ScoreSdeVeScheduler.add_noise`); and the unplanned
-pipelines' own draws (Helios pyramid `sample_block_noise`, EasyAnimate inpaint
+`CosineDPMSolverMultistepScheduler`, `ScoreSdeVeScheduler.add_noise`); and pipelines' own
+draws outside a window (Helios pyramid `sample_block_noise`, EasyAnimate inpaint
 `add_noise_to_reference_video`, SkyReels-V2 diffusion forcing's `addnoise_condition`, Kandinsky
 2.2 prior emb2emb). The README lists them. Covering those would need a window around the
 denoising loop or the VAE decode (every op there through the mode), so they stay listed.

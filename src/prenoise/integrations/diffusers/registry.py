@@ -13,15 +13,54 @@ from typing import Any
 import torch
 
 from prenoise.integrations.diffusers.pipelines.allegro import plan_allegro
+from prenoise.integrations.diffusers.pipelines.animatediff import (
+    plan_animatediff,
+    plan_animatediff_sdxl,
+    plan_animatediff_v2v,
+)
 from prenoise.integrations.diffusers.pipelines.cogvideox import plan_cogvideox, plan_cogvideox_i2v
+from prenoise.integrations.diffusers.pipelines.cogvideox_video import (
+    plan_cogvideox_fun_control,
+    plan_cogvideox_v2v,
+)
+from prenoise.integrations.diffusers.pipelines.consisid import plan_consisid
+from prenoise.integrations.diffusers.pipelines.easyanimate import (
+    plan_easyanimate,
+    plan_easyanimate_inpaint,
+)
 from prenoise.integrations.diffusers.pipelines.flux import plan_flux
 from prenoise.integrations.diffusers.pipelines.hunyuan_video import plan_hunyuan_video
+from prenoise.integrations.diffusers.pipelines.hunyuan_video15 import (
+    plan_hunyuan_video15,
+    plan_hunyuan_video15_i2v,
+)
 from prenoise.integrations.diffusers.pipelines.latte import plan_latte
 from prenoise.integrations.diffusers.pipelines.ltx import plan_ltx, plan_ltx_i2v
 from prenoise.integrations.diffusers.pipelines.ltx2 import plan_ltx2
+from prenoise.integrations.diffusers.pipelines.ltx_condition import (
+    plan_ltx2_condition,
+    plan_ltx2_i2v,
+    plan_ltx_condition,
+)
 from prenoise.integrations.diffusers.pipelines.mochi import plan_mochi
+from prenoise.integrations.diffusers.pipelines.sana_video import (
+    plan_sana_video,
+    plan_sana_video_i2v,
+)
+from prenoise.integrations.diffusers.pipelines.skyreels_v2 import (
+    plan_skyreels_v2,
+    plan_skyreels_v2_df,
+    plan_skyreels_v2_df_i2v,
+    plan_skyreels_v2_df_v2v,
+    plan_skyreels_v2_i2v,
+)
 from prenoise.integrations.diffusers.pipelines.stable_audio import plan_stable_audio
 from prenoise.integrations.diffusers.pipelines.wan import plan_wan, plan_wan_i2v
+from prenoise.integrations.diffusers.pipelines.wan_variants import (
+    plan_wan_animate,
+    plan_wan_v2v,
+    plan_wan_vace,
+)
 from prenoise.integrations.diffusers.plan import BoundCall, PlannedDraw
 
 __all__ = ["TESTED_DIFFUSERS_VERSIONS", "Planner", "planner_for", "register_plan", "supported"]
@@ -35,6 +74,50 @@ records the reviewed source digests); `make test` runs the bitwise tests on 0.40
 Planner = Callable[[Any, BoundCall, tuple[torch.Generator, ...]], list[PlannedDraw]]
 
 _PLANS: dict[str, Planner] = {
+    "diffusers.pipelines.cogvideo.pipeline_cogvideox_video2video.CogVideoXVideoToVideoPipeline": (
+        plan_cogvideox_v2v
+    ),
+    "diffusers.pipelines.cogvideo.pipeline_cogvideox_fun_control.CogVideoXFunControlPipeline": (
+        plan_cogvideox_fun_control
+    ),
+    "diffusers.pipelines.ltx2.pipeline_ltx2_image2video.LTX2ImageToVideoPipeline": plan_ltx2_i2v,
+    "diffusers.pipelines.ltx.pipeline_ltx_condition.LTXConditionPipeline": plan_ltx_condition,
+    "diffusers.pipelines.ltx2.pipeline_ltx2_condition.LTX2ConditionPipeline": plan_ltx2_condition,
+    "diffusers.pipelines.easyanimate.pipeline_easyanimate.EasyAnimatePipeline": plan_easyanimate,
+    "diffusers.pipelines.easyanimate.pipeline_easyanimate_inpaint.EasyAnimateInpaintPipeline": (
+        plan_easyanimate_inpaint
+    ),
+    "diffusers.pipelines.consisid.pipeline_consisid.ConsisIDPipeline": plan_consisid,
+    "diffusers.pipelines.sana_video.pipeline_sana_video.SanaVideoPipeline": plan_sana_video,
+    "diffusers.pipelines.sana_video.pipeline_sana_video_i2v.SanaImageToVideoPipeline": (
+        plan_sana_video_i2v
+    ),
+    "diffusers.pipelines.hunyuan_video1_5.pipeline_hunyuan_video1_5.HunyuanVideo15Pipeline": (
+        plan_hunyuan_video15
+    ),
+    "diffusers.pipelines.hunyuan_video1_5.pipeline_hunyuan_video1_5_image2video."
+    "HunyuanVideo15ImageToVideoPipeline": plan_hunyuan_video15_i2v,
+    "diffusers.pipelines.wan.pipeline_wan_video2video.WanVideoToVideoPipeline": plan_wan_v2v,
+    "diffusers.pipelines.wan.pipeline_wan_vace.WanVACEPipeline": plan_wan_vace,
+    "diffusers.pipelines.wan.pipeline_wan_animate.WanAnimatePipeline": plan_wan_animate,
+    "diffusers.pipelines.skyreels_v2.pipeline_skyreels_v2.SkyReelsV2Pipeline": plan_skyreels_v2,
+    "diffusers.pipelines.skyreels_v2.pipeline_skyreels_v2_i2v.SkyReelsV2ImageToVideoPipeline": (
+        plan_skyreels_v2_i2v
+    ),
+    "diffusers.pipelines.skyreels_v2.pipeline_skyreels_v2_diffusion_forcing."
+    "SkyReelsV2DiffusionForcingPipeline": plan_skyreels_v2_df,
+    "diffusers.pipelines.skyreels_v2.pipeline_skyreels_v2_diffusion_forcing_i2v."
+    "SkyReelsV2DiffusionForcingImageToVideoPipeline": plan_skyreels_v2_df_i2v,
+    "diffusers.pipelines.skyreels_v2.pipeline_skyreels_v2_diffusion_forcing_v2v."
+    "SkyReelsV2DiffusionForcingVideoToVideoPipeline": plan_skyreels_v2_df_v2v,
+    "diffusers.pipelines.animatediff.pipeline_animatediff.AnimateDiffPipeline": plan_animatediff,
+    "diffusers.pipelines.animatediff.pipeline_animatediff_controlnet."
+    "AnimateDiffControlNetPipeline": plan_animatediff,
+    "diffusers.pipelines.animatediff.pipeline_animatediff_sdxl.AnimateDiffSDXLPipeline": (
+        plan_animatediff_sdxl
+    ),
+    "diffusers.pipelines.animatediff.pipeline_animatediff_video2video."
+    "AnimateDiffVideoToVideoPipeline": plan_animatediff_v2v,
     "diffusers.pipelines.wan.pipeline_wan.WanPipeline": plan_wan,
     "diffusers.pipelines.wan.pipeline_wan_i2v.WanImageToVideoPipeline": plan_wan_i2v,
     "diffusers.pipelines.flux.pipeline_flux.FluxPipeline": plan_flux,

@@ -104,12 +104,18 @@ scheduler's draws (KDPM2-ancestral's sub-steps, torchsde's Brownian tree) are le
 
 def expected_step_draws(scheduler: Any) -> int | None:
     """How many draws `scheduler` makes in a whole denoising loop, if it is in `STEP_DRAWS`
-    and its timesteps are set; None otherwise."""
+    and its timesteps are set; None otherwise. A loop that starts later (`set_begin_index`, as
+    image- and video-to-video pipelines call it for `strength < 1`) is counted from there; one
+    that slices its timesteps without telling the scheduler is over-counted (the surplus is
+    prepared and discarded: `unused`)."""
     cls = type(scheduler)
     count = STEP_DRAWS.get(f"{cls.__module__}.{cls.__qualname__}")
     timesteps = getattr(scheduler, "timesteps", None)
     if count is None or not isinstance(timesteps, torch.Tensor):
         return None
+    begin = getattr(scheduler, "begin_index", None)
+    if isinstance(begin, int) and 0 < begin <= len(timesteps):
+        timesteps = timesteps[begin:]
     return count(timesteps)
 
 

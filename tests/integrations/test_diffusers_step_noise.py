@@ -10,6 +10,9 @@ the pipeline asked for it).
 
 from __future__ import annotations
 
+import os
+import sys
+import threading
 from typing import Any
 
 import pytest
@@ -32,6 +35,7 @@ from prenoise.integrations.diffusers import (
     overlapped_call_with_report,
     step_noise,
 )
+from prenoise.integrations.diffusers import queue as queue_module
 from prenoise.integrations.diffusers.step_noise import LookaheadLimits, expected_step_draws
 
 SCHEDULER_CLASSES: dict[str, tuple[str, dict[str, Any]]] = {
@@ -381,3 +385,43 @@ def test_draws_in_this_call_reads_the_scheduler_configuration(
     assert step_noise.draws_in_this_call(tiny("cogvideox"), scheduler, eta) is draws
     # a pipeline that does not hand its generator to `scheduler.step` never draws on it there
     assert not step_noise.draws_in_this_call(tiny("wan21"), scheduler, eta)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread nice is Linux's")
+def test_the_worker_draws_per_step_noise_at_the_lowest_priority(
+    cogvideox: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Per-step jobs run at `WORKER_NICE`; the planned initial draw before them and the
+    request thread keep their priority."""
+    seen: dict[str, int] = {}
+
+    def niceness() -> int:
+        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    real_run, real_first = step_noise.StepLookahead._run, step_noise.StepLookahead._run_first
+    real_draw = queue_module.ReplayQueue._draw
+
+    def run(self: Any, prepared: Any) -> torch.Tensor:
+        tensor = real_run(self, prepared)
+        seen[prepared.job] = niceness()
+        return tensor
+
+    def run_first(self: Any, guess: Any) -> None:
+        real_first(self, guess)
+        seen[guess.job] = niceness()
+
+    def draw(entry: Any, noise_stream: str) -> torch.Tensor:
+        seen[entry.job] = niceness()
+        return real_draw(entry, noise_stream)
+
+    monkeypatch.setattr(step_noise.StepLookahead, "_run", run)
+    monkeypatch.setattr(step_noise.StepLookahead, "_run_first", run_first)
+    monkeypatch.setattr(queue_module.ReplayQueue, "_draw", staticmethod(draw))
+    before = niceness()
+    plain, overlapped, report, pg, og = both_arms(cogvideox, _kwargs(3), [16], False)
+    assert_outputs_bitwise_equal(plain, overlapped)
+    assert_same_states(pg, og)
+    assert niceness() == before
+    assert seen.pop("0:noise") == before
+    assert seen and set(seen.values()) == {max(step_noise.WORKER_NICE, before)}, seen
+    assert report.step_served == len(seen) == 2 * 3 - 2

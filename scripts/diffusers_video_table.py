@@ -97,7 +97,7 @@ def rows() -> list[tuple[str, str, str, str, str]]:
                 ):
                     continue
                 path = f"{name}.{cls_name}"
-                initial = "planned" if path in planned else "plain call (no plan)"
+                initial = "planned" if path in planned else _no_plan(cls_name)
                 if _GENERATOR_TO_STEP.search(source):
                     per_step = (
                         "generator: ahead with a `STEP_DRAWS` scheduler"
@@ -115,6 +115,26 @@ def rows() -> list[tuple[str, str, str, str, str]]:
                 out.append((package, cls_name, initial, per_step, streams))
     del pipelines
     return sorted(out)
+
+
+WHY_NO_PLAN = {
+    "EasyAnimateControlPipeline": (
+        "its `__call__` passes `text_encoder_index` to `encode_prompt`, which has no such "
+        "argument: every call raises `TypeError` (0.40.0-0.42.1)"
+    ),
+    "AnimateDiffSparseControlNetPipeline": (
+        "not yet: `prepare_image` samples the VAE posterior on the global RNG before the noise"
+    ),
+    "AnimateDiffVideoToVideoControlNetPipeline": (
+        "not yet: like `AnimateDiffVideoToVideoPipeline`, not reviewed"
+    ),
+}
+"""Why a class examined for a plan has none (the others were not examined yet)."""
+
+
+def _no_plan(cls_name: str) -> str:
+    why = WHY_NO_PLAN.get(cls_name)
+    return "plain call (no plan)" if why is None else f"plain call (no plan: {why})"
 
 
 def main() -> None:

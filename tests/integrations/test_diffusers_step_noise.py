@@ -239,13 +239,15 @@ def test_a_perturbed_per_step_draw_is_caught(
         assert_outputs_bitwise_equal(plain, overlapped)
 
 
+@pytest.mark.parametrize("scheduler", SCHEDULERS)
 @pytest.mark.parametrize("stream", ["x86", "libm"])
-def test_per_step_draws_in_a_named_stream(cogvideox: Any, stream: str) -> None:
+def test_per_step_draws_in_a_named_stream(cogvideox: Any, stream: str, scheduler: str) -> None:
     """In a stream, the prepared per-step draws equal the stream's own draws on the request
-    thread (the look-ahead off); x86 on an x86 host also equals local torch."""
+    thread (the look-ahead off), per scheduler; x86 on an x86 host also equals local torch."""
     from prenoise import noise_streams
 
-    kwargs = _kwargs(5)
+    cogvideox.scheduler = _scheduler(scheduler, cogvideox.scheduler)
+    kwargs = _kwargs(5, scheduler)
     try:
         enable(cogvideox, stream=stream, steps_ahead=0)
         serial = output_tensor(cogvideox(generator=generators([8])[0], **kwargs))
@@ -254,7 +256,10 @@ def test_per_step_draws_in_a_named_stream(cogvideox: Any, stream: str) -> None:
         ahead, report = overlapped_call_with_report(cogvideox, generator=gen, **kwargs)
     finally:
         disable(cogvideox)
-    assert report.stream == stream and report.step_served == 2 * 5 - 2
+    assert report.stream == stream and report.step_served == expected_step_draws(
+        cogvideox.scheduler
+    )
+    assert report.step_served >= 4 and report.step_first_ahead
     assert torch.equal(output_tensor(ahead).view(torch.uint8), serial.view(torch.uint8))
     native = output_tensor(cogvideox(generator=generators([8])[0], **kwargs))
     if stream == noise_streams.local_torch_stream():

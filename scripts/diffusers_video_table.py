@@ -122,12 +122,6 @@ WHY_NO_PLAN = {
         "its `__call__` passes `text_encoder_index` to `encode_prompt`, which has no such "
         "argument: every call raises `TypeError` (0.40.0-0.42.1)"
     ),
-    "AnimateDiffSparseControlNetPipeline": (
-        "not yet: `prepare_image` samples the VAE posterior on the global RNG before the noise"
-    ),
-    "AnimateDiffVideoToVideoControlNetPipeline": (
-        "not yet: like `AnimateDiffVideoToVideoPipeline`, not reviewed"
-    ),
 }
 """Why a class examined for a plan has none (the others were not examined yet)."""
 

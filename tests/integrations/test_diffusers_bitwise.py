@@ -19,6 +19,8 @@ from diffusers_tiny import (
 )
 
 PIPELINES = [
+    "animatediff_v2v_controlnet",
+    "animatediff_sparsectrl",
     "cogvideox_v2v",
     "cogvideox_fun_control",
     "ltx2_i2v",
@@ -63,6 +65,8 @@ PER_PROMPT = {
     "latte": "num_images_per_prompt",
 }
 EXPECTED_DRAWS = {
+    "animatediff_v2v_controlnet": ("video_sample_0_0", "video_sample_0_1", "noise"),
+    "animatediff_sparsectrl": ("noise",),
     "cogvideox_v2v": ("video_sample_0", "noise"),
     "cogvideox_fun_control": ("noise",),
     "ltx2_i2v": ("noise", "audio_noise", "decode_noise"),

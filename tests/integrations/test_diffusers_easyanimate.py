@@ -40,6 +40,23 @@ def test_stochastic_flow_match_steps_are_served_ahead(tiny: Any) -> None:
     assert not torch.equal(pg[0].get_state(), noise_only.get_state())
 
 
+@pytest.mark.parametrize("steps", [1, 4])
+def test_flow_match_lcm_steps_are_served_ahead(steps: int) -> None:
+    """`FlowMatchLCMScheduler` draws a float32 latent at every step (the prediction upcast),
+    on the generator the pipeline hands it; the latents here are float32 too."""
+    import tiny_easyanimate
+    from diffusers import FlowMatchLCMScheduler
+
+    pipe = tiny_easyanimate.easyanimate(scheduler=FlowMatchLCMScheduler())
+    kwargs = {**call_kwargs("easyanimate"), "num_inference_steps": steps}
+    plain, overlapped, report, pg, og = both_arms(pipe, kwargs, [33], False)
+    assert report.planned == ("noise",) and report.served == 1
+    assert report.step_served == steps and report.step_first_ahead
+    assert report.step_left is None and report.step_unused == 0
+    assert_outputs_bitwise_equal(plain, overlapped)
+    assert_same_states(pg, og)
+
+
 def test_deterministic_flow_match_makes_no_step_draws(tiny: Any) -> None:
     pipe = tiny("easyanimate")
     plain, overlapped, report, pg, og = both_arms(pipe, call_kwargs("easyanimate"), [32], False)

@@ -378,6 +378,7 @@ def test_a_generator_moved_before_the_first_step_draw_drops_the_guess(
         ("DPMSolverSinglestepScheduler", {"algorithm_type": "sde-dpmsolver++"}, None, True),
         ("FlowMatchEulerDiscreteScheduler", {}, None, False),
         ("FlowMatchEulerDiscreteScheduler", {"stochastic_sampling": True}, None, True),
+        ("FlowMatchLCMScheduler", {}, None, True),
         ("EulerDiscreteScheduler", {}, None, False),  # not in STEP_DRAWS
     ],
 )

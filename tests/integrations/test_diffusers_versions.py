@@ -54,6 +54,28 @@ S = "diffusers.schedulers."
 
 # "module:qualname" -> {digest: releases whose source has that digest}
 DRAW_CODE: dict[str, dict[str, tuple[str, ...]]] = {
+    # AnimateDiff video-to-video ControlNet: `prepare_latents` / `encode_video` are the
+    # video-to-video ones (same digests); its conditioning frames are resized after the latents
+    P + "animatediff.pipeline_animatediff_video2video_controlnet:"
+    "AnimateDiffVideoToVideoControlNetPipeline.__call__": {"301cf521822c": ALL},
+    P + "animatediff.pipeline_animatediff_video2video_controlnet:"
+    "AnimateDiffVideoToVideoControlNetPipeline.prepare_latents": {"467bc086ea4c": ALL},
+    P + "animatediff.pipeline_animatediff_video2video_controlnet:"
+    "AnimateDiffVideoToVideoControlNetPipeline.encode_video": {"77ea5e322dce": ALL},
+    P + "animatediff.pipeline_animatediff_video2video_controlnet:retrieve_latents": {
+        "07a30101d3ee": ALL
+    },
+    # AnimateDiff SparseCtrl: the text-to-video noise; `prepare_image` samples the VAE posterior
+    # on the global RNG (`retrieve_latents` without a generator), not the caller's generator
+    P + "animatediff.pipeline_animatediff_sparsectrl:"
+    "AnimateDiffSparseControlNetPipeline.__call__": {"2a821a3791e4": ALL},
+    P + "animatediff.pipeline_animatediff_sparsectrl:"
+    "AnimateDiffSparseControlNetPipeline.prepare_latents": {"6a4981c4645e": ALL},
+    P + "animatediff.pipeline_animatediff_sparsectrl:"
+    "AnimateDiffSparseControlNetPipeline.encode_prompt": {"021c623184ca": ALL},  # the dtype
+    P + "animatediff.pipeline_animatediff_sparsectrl:"
+    "AnimateDiffSparseControlNetPipeline.prepare_image": {"a2e0239409ea": ALL},
+    P + "animatediff.pipeline_animatediff_sparsectrl:retrieve_latents": {"07a30101d3ee": ALL},
     # conditioning / video-input LTX, LTX-2 and CogVideoX (pipelines/cogvideox_video.py and
     # ltx_condition.py); LTX-2's 0.42.0 `__call__` change is `motion_speed` (positions only)
     P + "cogvideo.pipeline_cogvideox_video2video:CogVideoXVideoToVideoPipeline.__call__": {
@@ -312,6 +334,7 @@ DRAW_CODE: dict[str, dict[str, tuple[str, ...]]] = {
     S + "scheduling_flow_match_euler_discrete:FlowMatchEulerDiscreteScheduler.step": {
         "b5e9637d5d4e": ALL
     },
+    S + "scheduling_flow_match_lcm:FlowMatchLCMScheduler.step": {"af2d87b5ba73": ALL},
     M + "vae:DiagonalGaussianDistribution.sample": {"9e2623826684": ALL},
     M + "autoencoder_oobleck:OobleckDiagonalGaussianDistribution.sample": {"9e2623826684": ALL},
     P + "wan.pipeline_wan:WanPipeline.__call__": {

@@ -1,6 +1,7 @@
-"""Tiny AnimateDiff pipelines (text-to-video, video-to-video, SDXL, ControlNet): a two-block
-UNet with a motion adapter, CLIP text encoders, a two-block `AutoencoderKL` (spatial factor 2)
-and DDIM, which draws at every step with `eta > 0` (the calls pass `eta=0.5`)."""
+"""Tiny AnimateDiff pipelines (text-to-video, video-to-video, SDXL, ControlNet, video-to-video
+ControlNet, SparseCtrl): a two-block UNet with a motion adapter, CLIP text encoders, a two-block
+`AutoencoderKL` (spatial factor 2) and DDIM, which draws at every step with `eta > 0` (the calls
+pass `eta=0.5`)."""
 
 from __future__ import annotations
 
@@ -142,23 +143,41 @@ def animatediff_sdxl() -> Any:
     return pipe
 
 
+def _controlnet() -> Any:
+    """A tiny `ControlNetModel`: its conditioning embedding halves the frames' size, as the VAE
+    does."""
+    from diffusers import ControlNetModel
+
+    return ControlNetModel(
+        block_out_channels=(8, 16),
+        layers_per_block=1,
+        in_channels=4,
+        down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
+        cross_attention_dim=16,
+        norm_num_groups=2,
+        attention_head_dim=4,
+        conditioning_embedding_out_channels=(4, 8),
+    )
+
+
+def _unzeroed(controlnet: Any) -> Any:
+    """`controlnet` with its zero-initialised convolutions (the conditioning input and the
+    residual outputs) given small random weights, so that its conditioning reaches the output
+    (call inside `_seeded`)."""
+    with torch.no_grad():
+        for parameter in controlnet.parameters():
+            if not parameter.any():
+                parameter.copy_(torch.randn_like(parameter) * 0.1)
+    return controlnet
+
+
 def animatediff_controlnet() -> Any:
-    """`AnimateDiffControlNetPipeline` with a tiny `ControlNetModel` (its conditioning embedding
-    halves the frames' size, as the VAE does)."""
-    from diffusers import AnimateDiffControlNetPipeline, ControlNetModel
+    """`AnimateDiffControlNetPipeline` with a tiny `ControlNetModel`."""
+    from diffusers import AnimateDiffControlNetPipeline
 
     with _seeded():
         unet = _unet()
-        controlnet = ControlNetModel(
-            block_out_channels=(8, 16),
-            layers_per_block=1,
-            in_channels=4,
-            down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
-            cross_attention_dim=16,
-            norm_num_groups=2,
-            attention_head_dim=4,
-            conditioning_embedding_out_channels=(4, 8),
-        )
+        controlnet = _controlnet()
         adapter = _adapter()
         vae = _vae()
         encoder = clip_text_encoder()
@@ -175,8 +194,75 @@ def animatediff_controlnet() -> Any:
     return pipe
 
 
+def animatediff_v2v_controlnet(force_upcast: bool = True) -> Any:
+    """`AnimateDiffVideoToVideoControlNetPipeline` with a tiny `ControlNetModel`."""
+    from diffusers import AnimateDiffVideoToVideoControlNetPipeline
+
+    with _seeded():
+        unet = _unet()
+        controlnet = _unzeroed(_controlnet())
+        adapter = _adapter()
+        vae = _vae(force_upcast)
+        encoder = clip_text_encoder()
+    pipe = AnimateDiffVideoToVideoControlNetPipeline(
+        vae=vae,
+        text_encoder=encoder,
+        tokenizer=tokenizer(77),
+        unet=unet,
+        motion_adapter=adapter,
+        controlnet=controlnet,
+        scheduler=_ddim(),
+    )
+    pipe.set_progress_bar_config(disable=True)
+    return pipe
+
+
+def animatediff_sparsectrl(simplified: bool = False) -> Any:
+    """`AnimateDiffSparseControlNetPipeline` with a tiny `SparseControlNetModel`.
+
+    `simplified` (`use_simplified_condition_embedding`, the released checkpoints' setting): the
+    conditioning frames are VAE-encoded (a posterior sample on the global RNG) and embedded by
+    one convolution; without it, the RGB frames go through a conditioning embedding that halves
+    their size, as the VAE does."""
+    from diffusers import AnimateDiffSparseControlNetPipeline, SparseControlNetModel
+
+    with _seeded():
+        unet = _unet()
+        controlnet = SparseControlNetModel(
+            in_channels=4,
+            conditioning_channels=4 if simplified else 3,
+            down_block_types=("CrossAttnDownBlockMotion", "DownBlockMotion"),
+            block_out_channels=(8, 16),
+            layers_per_block=1,
+            norm_num_groups=2,
+            cross_attention_dim=16,
+            attention_head_dim=4,
+            conditioning_embedding_out_channels=(4, 8),
+            motion_max_seq_length=32,
+            motion_num_attention_heads=2,
+            use_simplified_condition_embedding=simplified,
+        )
+        controlnet = _unzeroed(controlnet)
+        adapter = _adapter()
+        vae = _vae()
+        encoder = clip_text_encoder()
+    pipe = AnimateDiffSparseControlNetPipeline(
+        vae=vae,
+        text_encoder=encoder,
+        tokenizer=tokenizer(77),
+        unet=unet,
+        motion_adapter=adapter,
+        controlnet=controlnet,
+        scheduler=_ddim(),
+    )
+    pipe.set_progress_bar_config(disable=True)
+    return pipe
+
+
 BUILDERS.update(
     animatediff=animatediff,
+    animatediff_v2v_controlnet=animatediff_v2v_controlnet,
+    animatediff_sparsectrl=animatediff_sparsectrl,
     animatediff_v2v=lambda: animatediff(video_to_video=True),
     animatediff_sdxl=animatediff_sdxl,
     animatediff_controlnet=animatediff_controlnet,
@@ -215,14 +301,8 @@ def _text_to_video(prompts: int) -> dict[str, Any]:
     }
 
 
-CALL_KWARGS.update(
-    animatediff=_text_to_video,
-    animatediff_sdxl=_text_to_video,
-    animatediff_controlnet=lambda prompts: {
-        **_text_to_video(prompts),
-        "conditioning_frames": _conditioning_frames(prompts),
-    },
-    animatediff_v2v=lambda prompts: {
+def _video_to_video(prompts: int) -> dict[str, Any]:
+    return {
         "video": video() if prompts == 1 else [video(p) for p in range(prompts)],
         "height": SIZE,
         "width": SIZE,
@@ -233,5 +313,34 @@ CALL_KWARGS.update(
         "eta": 0.5,
         "decode_chunk_size": 2,
         "output_type": "pt",
+    }
+
+
+def _v2v_conditioning_frames(prompts: int) -> list[Any]:
+    """Video-to-video ControlNet frames: the 3 frames of the one video as PIL images; for
+    several prompts (and videos) one `(3, 3, H, W)` tensor per video (the pipeline checks that
+    there are as many of them as entries in `video`)."""
+    if prompts == 1:
+        return video(8)
+    g = torch.Generator().manual_seed(8)
+    return [torch.rand((3, 3, SIZE, SIZE), generator=g) for _ in range(prompts)]
+
+
+CALL_KWARGS.update(
+    animatediff=_text_to_video,
+    animatediff_sdxl=_text_to_video,
+    animatediff_controlnet=lambda prompts: {
+        **_text_to_video(prompts),
+        "conditioning_frames": _conditioning_frames(prompts),
+    },
+    animatediff_v2v=_video_to_video,
+    animatediff_v2v_controlnet=lambda prompts: {
+        **_video_to_video(prompts),
+        "conditioning_frames": _v2v_conditioning_frames(prompts),
+    },
+    animatediff_sparsectrl=lambda prompts: {
+        **_text_to_video(prompts),
+        "conditioning_frames": [image(30), image(31)],
+        "controlnet_frame_indices": [0, FRAMES - 1],
     },
 )

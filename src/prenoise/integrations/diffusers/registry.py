@@ -74,6 +74,10 @@ records the reviewed source digests); `make test` runs the bitwise tests on 0.40
 Planner = Callable[[Any, BoundCall, tuple[torch.Generator, ...]], list[PlannedDraw]]
 
 _PLANS: dict[str, Planner] = {
+    "diffusers.pipelines.animatediff.pipeline_animatediff_video2video_controlnet."
+    "AnimateDiffVideoToVideoControlNetPipeline": plan_animatediff_v2v,
+    "diffusers.pipelines.animatediff.pipeline_animatediff_sparsectrl."
+    "AnimateDiffSparseControlNetPipeline": plan_animatediff,
     "diffusers.pipelines.cogvideo.pipeline_cogvideox_video2video.CogVideoXVideoToVideoPipeline": (
         plan_cogvideox_v2v
     ),

@@ -118,6 +118,9 @@ STEP_DRAWS: dict[str, Callable[[torch.Tensor], int]] = {
     _SCHEDULERS + "scheduling_flow_match_euler_discrete.FlowMatchEulerDiscreteScheduler": (
         _every_step
     ),
+    # one float32 draw per step of the (upscaled, with `scale_factors`) prediction's shape: a
+    # changed shape ends the look-ahead
+    _SCHEDULERS + "scheduling_flow_match_lcm.FlowMatchLCMScheduler": _every_step,
 }
 """Schedulers whose `step` draws one tensor of the sample's shape per draw, with the number of
 draws per call from their timesteps (read in their `step` source, the same on diffusers
@@ -263,7 +266,9 @@ class StepLookahead:
     ) -> None:
         """Prepare the call's first per-step draw: call right after the planned initial draws
         were submitted (the same lane runs this job after them, so the generator is then in the
-        state they leave it in; the job only reads it). `dtypes`: the dtypes it may be drawn
+        state they leave it in; the job only reads it, under the generator's own lock, so a
+        draw the request thread makes meanwhile is seen whole or not at all, and a guess from
+        a moved state is not served). `dtypes`: the dtypes it may be drawn
         in, each drawn from that state on its own clone. Unserved, it is dropped (not counted
         in `unused`)."""
         with self._lock:

@@ -1,5 +1,6 @@
-"""AnimateDiff: `AnimateDiffPipeline`, `AnimateDiffControlNetPipeline`, `AnimateDiffSDXLPipeline`
-and `AnimateDiffVideoToVideoPipeline`.
+"""AnimateDiff: `AnimateDiffPipeline`, `AnimateDiffControlNetPipeline`,
+`AnimateDiffSparseControlNetPipeline`, `AnimateDiffSDXLPipeline`, `AnimateDiffVideoToVideoPipeline`
+and `AnimateDiffVideoToVideoControlNetPipeline`.
 
 `AnimateDiffPipeline` (and `AnimateDiffControlNetPipeline`, whose latent and prompt code is the
 same; its conditioning frames are only resized) draws one noise tensor `(B, C, F, H//s, W//s)`
@@ -12,6 +13,15 @@ included. With FreeNoise enabled
 another frame count, then `torch.randperm(generator=...)` on the caller's generator for the
 `shuffle_context` noise type — so such a call falls through.
 
+`AnimateDiffSparseControlNetPipeline` (SparseCtrl) draws the same noise, in the same dtype (its
+`prepare_latents` and `encode_prompt` are the text-to-video ones; it has no FreeNoise). Before
+it, `prepare_image` encodes the conditioning frames; with the controlnet's
+`use_simplified_condition_embedding` (the released checkpoints' setting) that samples the VAE
+posterior with `generator=None`, i.e. from the global RNG on the request thread, never from the
+caller's generator, which nothing touches before the noise (prenoise's worker draws only the
+caller's generators, so the global stream stays the plain call's). A caller whose generator is
+the global one (`torch.manual_seed(...)`) is refused anyway (`call_generators`).
+
 `AnimateDiffSDXLPipeline` draws the same noise (no FreeNoise there), its height and width
 defaulting to `default_sample_size` times `s`; its prompt dtype is `text_encoder_2.dtype`
 (`unet.dtype` without a second text encoder).
@@ -23,7 +33,9 @@ frames, the VAE posterior is sampled (`DiagonalGaussianDistribution.sample`, a `
 when the VAE's `force_upcast` is set, else in the VAE's dtype); then the noise is drawn frames
 first, `(B, F, latent_channels, H//s, W//s)`, in the pipeline's `dtype`. Its FreeNoise only
 changes prompt encoding and the UNet, not the draws. Only an `AutoencoderKL` VAE is planned (one
-posterior sample per `encode`).
+posterior sample per `encode`). `AnimateDiffVideoToVideoControlNetPipeline` has the same
+`prepare_latents` and `encode_video` (identical code) and the same code before them; its
+conditioning frames are only resized, after the latents.
 
 All hand the generator to `scheduler.step` (`prepare_extra_step_kwargs`): a stochastic
 scheduler's per-step draws (DDIM with `eta > 0`, Euler ancestral, ...) come after the planned
@@ -81,7 +93,8 @@ def _prompt_dtype(pipe: Any, args: BoundCall) -> torch.dtype:
 def plan_animatediff(
     pipe: Any, args: BoundCall, gens: tuple[torch.Generator, ...]
 ) -> list[PlannedDraw]:
-    """`AnimateDiffPipeline`: the latent noise (FreeNoise falls through)."""
+    """`AnimateDiffPipeline`, `AnimateDiffControlNetPipeline` and
+    `AnimateDiffSparseControlNetPipeline`: the latent noise (FreeNoise falls through)."""
     if getattr(pipe, "free_noise_enabled", False):
         raise Unpredictable(
             "FreeNoise is enabled: its latents may be shuffled with torch.randperm on the "
@@ -145,8 +158,8 @@ def video_layout(video: object) -> tuple[int, int]:
 def plan_animatediff_v2v(
     pipe: Any, args: BoundCall, gens: tuple[torch.Generator, ...]
 ) -> list[PlannedDraw]:
-    """`AnimateDiffVideoToVideoPipeline`: a VAE posterior sample per video chunk, then the
-    frames-first noise."""
+    """`AnimateDiffVideoToVideoPipeline` and `AnimateDiffVideoToVideoControlNetPipeline`: a VAE
+    posterior sample per video chunk, then the frames-first noise."""
     vae = require_attr(pipe, "vae")
     if f"{type(vae).__module__}.{type(vae).__qualname__}" != _AUTOENCODER_KL:
         raise Unpredictable(f"VAE {type(vae).__name__} is not an AutoencoderKL", "vae-class")

@@ -57,6 +57,40 @@ def test_flow_match_lcm_steps_are_served_ahead(steps: int) -> None:
     assert_same_states(pg, og)
 
 
+@pytest.mark.parametrize("scheduler", ["stochastic_euler", "lcm"])
+@pytest.mark.parametrize("stream", ["x86", "libm"])
+def test_flow_match_step_draws_in_a_named_stream(stream: str, scheduler: str) -> None:
+    """In a stream, the per-step draws prepared ahead (the first one included) equal the
+    stream's own draws made serially on the request thread (the look-ahead off), for the two
+    flow-match schedulers the CogVideoX suite cannot run."""
+    import tiny_easyanimate
+    from diffusers import FlowMatchEulerDiscreteScheduler, FlowMatchLCMScheduler
+
+    from prenoise.integrations.diffusers import disable, enable, overlapped_call_with_report
+
+    made = (
+        FlowMatchEulerDiscreteScheduler(stochastic_sampling=True)
+        if scheduler == "stochastic_euler"
+        else FlowMatchLCMScheduler()
+    )
+    pipe = tiny_easyanimate.easyanimate(scheduler=made)
+    kwargs = {**call_kwargs("easyanimate"), "num_inference_steps": 4}
+    try:
+        enable(pipe, stream=stream, steps_ahead=0)
+        serial = output_tensor(pipe(generator=generators([34])[0], **kwargs))
+        enable(pipe, stream=stream)
+        ahead, report = overlapped_call_with_report(pipe, generator=generators([34])[0], **kwargs)
+    finally:
+        disable(pipe)
+    assert report.stream == stream and report.step_served == 4 and report.step_first_ahead
+    assert torch.equal(output_tensor(ahead).view(torch.uint8), serial.view(torch.uint8))
+    from prenoise import noise_streams
+
+    if stream == noise_streams.local_torch_stream():  # x86 on an x86 host: local torch's bits
+        native = output_tensor(pipe(generator=generators([34])[0], **kwargs))
+        assert torch.equal(native.view(torch.uint8), serial.view(torch.uint8))
+
+
 def test_deterministic_flow_match_makes_no_step_draws(tiny: Any) -> None:
     pipe = tiny("easyanimate")
     plain, overlapped, report, pg, og = both_arms(pipe, call_kwargs("easyanimate"), [32], False)

@@ -878,9 +878,9 @@ def test_a_value_error_outside_the_draws_is_not_reported_as_a_draw(
     """Planner errors become a warned plain call ("plan failed"); a bug in prenoise's own
     planning step must surface, not pass for an unbuildable draw."""
 
-    def broken(pipe: Any, args: Any, kwargs: Any) -> list[PlannedDraw]:
+    def broken(pipe: Any, args: Any, kwargs: Any) -> tuple[list[PlannedDraw], dict[str, Any]]:
         raise ValueError("a bug in plan_call")
 
-    monkeypatch.setattr(call_module, "plan_call", broken)
+    monkeypatch.setattr(call_module, "_plan_with_arguments", broken)  # what plan_call runs
     with pytest.raises(ValueError, match=r"^a bug in plan_call$"):
         call_module.overlapped_call_with_report(pipe, generator=gen())

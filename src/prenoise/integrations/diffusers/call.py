@@ -140,6 +140,13 @@ class CallReport:
 
 def plan_call(pipe: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> list[PlannedDraw]:
     """The draws `pipe(*args, **kwargs)` will make, in order; `Unpredictable` if not safe."""
+    return _plan_with_arguments(pipe, args, kwargs)[0]
+
+
+def _plan_with_arguments(
+    pipe: Any, args: Sequence[Any], kwargs: dict[str, Any]
+) -> tuple[list[PlannedDraw], dict[str, Any]]:
+    """`plan_call`, also returning the bound call arguments (defaults applied) it planned from."""
     import diffusers
 
     cls = original_class(pipe)
@@ -179,7 +186,7 @@ def plan_call(pipe: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> list[Pl
         current = getattr(sys.modules.get(name), PATCHED_NAME, None)
         if current is not original and not is_dispatcher(current):
             raise Unpredictable(f"{name}.{PATCHED_NAME} is replaced by someone else", "foreign")
-    return planned
+    return planned, values
 
 
 def _plain_call(
@@ -219,7 +226,7 @@ def overlapped_call_with_report(pipe: Any, *args: Any, **kwargs: Any) -> tuple[A
         fall_through = partial(_plain_in_stream, plain, stream)
     window = call_window(cls, pipe, stream)  # the pipeline's own torch.randn draws, if covered
     try:
-        planned = plan_call(pipe, args, kwargs)
+        planned, arguments = _plan_with_arguments(pipe, args, kwargs)
     except Unpredictable as why:
         return _plain_call(
             pipe, args, kwargs, why.key, why.reason, start, fall_through, stream, window
@@ -237,8 +244,7 @@ def overlapped_call_with_report(pipe: Any, *args: Any, **kwargs: Any) -> tuple[A
         scheduler = getattr(pipe, "scheduler", None)
         if limits.steps > 0 and scheduler is not None:
             queue.steps = StepLookahead(executor, scheduler, stream, limits)
-            eta = _argument(cls, pipe, args, kwargs, "eta")
-            if draws_in_this_call(pipe, scheduler, eta):
+            if draws_in_this_call(pipe, scheduler, arguments.get("eta")):
                 _prepare_first_step_draw(queue.steps, planned)
         try:
             with replay_context(queue), active_window(window):
@@ -274,13 +280,6 @@ def overlapped_call_with_report(pipe: Any, *args: Any, **kwargs: Any) -> tuple[A
         **_step_fields(queue.steps),
     )
     return output, report
-
-
-def _argument(cls: type, pipe: Any, args: Sequence[Any], kwargs: dict[str, Any], name: str) -> Any:
-    """The call's argument `name` (its default when not given; None when it has none)."""
-    bound = inspect.signature(cls.__call__).bind(pipe, *args, **kwargs)  # bound by plan_call
-    bound.apply_defaults()
-    return bound.arguments.get(name)
 
 
 def _prepare_first_step_draw(steps: StepLookahead, planned: Sequence[PlannedDraw]) -> None:

@@ -282,11 +282,8 @@ class StepLookahead:
         _lower_this_threads_priority()
         guess.before = guess.generator.get_state()
         for dtype in guess.dtypes:
-            clone = torch.Generator(device="cpu")
-            clone.set_state(guess.before)
             draw = Draw("step_noise", guess.shape, dtype, half_rule=HalfDrawRule.NATIVE)
-            tensor = run_draw(draw, clone, allow_scalar_path=True, noise_stream=self._noise_stream)
-            guess.drawn[dtype] = (tensor, clone.get_state())
+            guess.drawn[dtype] = self._draw_from(draw, guess.before)
 
     def _next_job(self) -> str:
         name = f"step:{self._submitted}"
@@ -401,14 +398,17 @@ class StepLookahead:
         """On the worker, in submission order (one lane): the next draw of the clone chain."""
         assert self._draw is not None and self._chain is not None
         _lower_this_threads_priority()
-        clone = torch.Generator(device="cpu")
-        clone.set_state(self._chain)
         prepared.before = self._chain
-        tensor = run_draw(
-            self._draw, clone, allow_scalar_path=True, noise_stream=self._noise_stream
-        )
-        prepared.after = self._chain = clone.get_state()
+        tensor, prepared.after = self._draw_from(self._draw, self._chain)
+        self._chain = prepared.after
         return tensor
+
+    def _draw_from(self, draw: Draw, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """`draw` on a private clone of a generator in `state`: the tensor and the state after."""
+        clone = torch.Generator(device="cpu")
+        clone.set_state(state)
+        tensor = run_draw(draw, clone, allow_scalar_path=True, noise_stream=self._noise_stream)
+        return tensor, clone.get_state()
 
     def _take_locked(
         self,

@@ -16,7 +16,7 @@ export OMP_WAIT_POLICY ?= PASSIVE
 setup: $(STAMP)
 
 # the C kernel is built by the editable install: a changed source rebuilds it
-$(STAMP): pyproject.toml Makefile $(wildcard src/prenoise/csrc/*.c src/prenoise/csrc/*.h)
+$(STAMP): pyproject.toml Makefile $(wildcard src/prenoise/noise/csrc/*.c src/prenoise/noise/csrc/*.h)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check $(TORCH_PIN)
 	$(PY) -m pip install -q --disable-pip-version-check -e '.[dev]' $(TORCH_PIN)
@@ -81,7 +81,7 @@ pytest-diffusers-0.40: $(VLLM_STAMP)
 # Debian packages, ~30 s to install; without apt (or root) the tests skip and say why.
 AARCH64_PACKAGES := qemu-user-static gcc-aarch64-linux-gnu libc6-dev-arm64-cross
 AARCH64_DUMP := build/aarch64/stream_dump
-CSRC := src/prenoise/csrc
+CSRC := src/prenoise/noise/csrc
 STREAM ?= x86
 SEED ?= 0
 COUNT ?= 1000

@@ -1,4 +1,4 @@
-"""Benchmark prenoise.kernel against torch's CPU normal draws (float32, same process).
+"""Benchmark prenoise.noise.kernel against torch's CPU normal draws (float32, same process).
 
 Each repetition runs every arm once, in alternating order, and the table reports medians, so
 drifting machine load hits all arms alike. Every arm's output is also checked bit for bit
@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 import torch
 
-from prenoise import kernel
+from prenoise.noise import kernel
 
 SHAPES = {"5.2M (1,48,31,44,80)": (1, 48, 31, 44, 80), "17.6M (1,48,91,48,84)": (1, 48, 91, 48, 84)}
 DEPENDENT = ((1, 24, 38, 48, 84), (1, 24, 1))

@@ -135,7 +135,7 @@ def run_overlapped(pipe: Any, kwargs: dict[str, Any], seed: int) -> dict[str, An
 
 
 def stream_costs(dtype: torch.dtype, repeats: int = 7) -> dict[str, float]:
-    from prenoise import noise_streams
+    from prenoise.noise import streams as noise_streams
 
     def native_torch(*, generator: torch.Generator) -> None:
         torch.randn(SHAPE, generator=generator, dtype=dtype)

@@ -21,8 +21,9 @@ from collections.abc import Callable
 
 import torch
 
-from prenoise import kernel, noise_streams
-from prenoise.noise_streams import _fill_f32, _Impl
+from prenoise.noise import kernel
+from prenoise.noise import streams as noise_streams
+from prenoise.noise.streams import _fill_f32, _Impl
 
 SHAPE = (1, 48, 31, 44, 80)  # 5.2M values: a Ref2VA-sized video latent
 

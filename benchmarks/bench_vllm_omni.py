@@ -43,7 +43,7 @@ from prenoise.integrations.vllm_omni.standins import (
     synthetic_video,
 )
 from prenoise.integrations.vllm_omni.verification import H3Request, run_forward
-from prenoise.stream_mode import draws_in_stream
+from prenoise.noise.stream_mode import draws_in_stream
 
 
 def timed(fn: Callable[..., Any], sink: list[float], stream: str = "native") -> Callable[..., Any]:

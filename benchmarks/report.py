@@ -59,8 +59,8 @@ def main() -> None:
 
 def replot(trace_dir: Path, recipe: str) -> Path:
     """Redraw `<recipe>-timeline.png` from the two Chrome traces a bench wrote."""
-    from prenoise.timeline_plot import plot_timelines
-    from prenoise.tracing import spans_from_chrome_trace
+    from prenoise.observe.timeline_plot import plot_timelines
+    from prenoise.observe.tracing import spans_from_chrome_trace
 
     arms = {
         arm: spans_from_chrome_trace(

@@ -1,7 +1,8 @@
 """Check that given tests kill given mutmut mutants, without a full `mutmut run`.
 
     .venv/bin/python scripts/mutant_kills.py draws tests/test_draws_contract.py \
-        'prenoise.draws.x_run_plan__mutmut_6' 'prenoise.draws.x__itemsize__mutmut_*'
+        'prenoise.preparation.draws.x_run_plan__mutmut_6' \
+        'prenoise.preparation.draws.x__itemsize__mutmut_*'
 
 Runs pytest once per mutant inside `build/mutation/<module>/mutants/` (which
 `scripts/mutation.py <module>` generated), with

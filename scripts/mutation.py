@@ -54,12 +54,19 @@ class Module:
 
 
 MODULES: dict[str, Module] = {
-    "draws": Module(["src/prenoise/draws.py"], [*_DRAW_TESTS, "tests/test_kernel*.py"]),
-    "kernel": Module(["src/prenoise/kernel.py"], ["tests/test_kernel*.py", *_DRAW_TESTS]),
-    "mixing": Module(["src/prenoise/mixing.py"], ["tests/test_mixing*.py"]),
+    "draws": Module(
+        ["src/prenoise/preparation/draws.py", "src/prenoise/noise/chunks.py"],
+        [*_DRAW_TESTS, "tests/test_kernel*.py"],
+    ),
+    "kernel": Module(
+        ["src/prenoise/noise/kernel.py", "src/prenoise/noise/normal.py"],
+        ["tests/test_kernel*.py", *_DRAW_TESTS],
+    ),
+    "mixing": Module(["src/prenoise/preparation/mixing.py"], ["tests/test_mixing*.py"]),
     "verify": Module(
         [
             "src/prenoise/verify/__init__.py",
+            "src/prenoise/verify/bits.py",
             "src/prenoise/verify/files.py",
             "src/prenoise/verify/leaves.py",
             "src/prenoise/verify/reports.py",
@@ -68,10 +75,11 @@ MODULES: dict[str, Module] = {
         ["tests/test_verify*.py"],
     ),
     "executor": Module(
-        ["src/prenoise/executor.py"], ["tests/test_executor*.py", "tests/test_cancel_points.py"]
+        ["src/prenoise/preparation/executor.py"],
+        ["tests/test_executor*.py", "tests/test_cancel_points.py"],
     ),
     "prediction": Module(
-        ["src/prenoise/prediction.py", "src/prenoise/rng_guard.py"],
+        ["src/prenoise/preparation/prediction.py", "src/prenoise/verify/rng_guard.py"],
         ["tests/test_rng_guard_prediction*.py", "tests/test_executor*.py"],
     ),
     "ref2va_verification": Module(

@@ -1,4 +1,4 @@
-"""Regenerate src/prenoise/stream_goldens.json from real torch (run on an x86 AVX2/AVX-512 host).
+"""Regenerate src/prenoise/noise/stream_goldens.json from real torch (on an x86 AVX2/AVX-512 host).
 
     .venv/bin/python scripts/stream_goldens.py           # rewrite the goldens
     .venv/bin/python scripts/stream_goldens.py --check   # exit 1 if they differ from torch here
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-GOLDENS = Path(__file__).resolve().parents[1] / "src" / "prenoise" / "stream_goldens.json"
+GOLDENS = Path(__file__).resolve().parents[1] / "src" / "prenoise" / "noise" / "stream_goldens.json"
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float64": torch.float64}
 CAPABILITY = {"x86": ("AVX2", "AVX512"), "libm": ("DEFAULT",)}
 

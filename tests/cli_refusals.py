@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from prenoise.cli import main
+from prenoise.cli.commands import main
 
 
 def one_line(capsys: pytest.CaptureFixture[str]) -> str:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from prenoise import kernel
+from prenoise.noise import kernel
 
 
 @contextmanager
@@ -23,7 +23,7 @@ def kernel_calls() -> Iterator[list[int]]:
     status = kernel.backend_status()  # the self-check runs here, outside the spy
     assert status.active, f"noise kernel inactive: {status.reason}"
     calls: list[int] = []
-    real_fill, real_keep = kernel._fill_with, kernel._keep_prefix_with
+    real_fill, real_keep = kernel._fill_with, kernel.keep_prefix_with
 
     def fill(out: Any, *args: Any, **kwargs: Any) -> Any:
         calls.append(out.numel())
@@ -35,5 +35,5 @@ def kernel_calls() -> Iterator[list[int]]:
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(kernel, "_fill_with", fill)
-        patch.setattr(kernel, "_keep_prefix_with", keep)
+        patch.setattr(kernel, "keep_prefix_with", keep)
         yield calls

@@ -1,10 +1,10 @@
 """Overlap asserted, not assumed: which thread ran each prepared job, and when it was asked for.
 
 `OverlapRecorder(monkeypatch)` wraps `PreparationExecutor._run` (a job starts on a thread),
-`PreparationExecutor.take` (a consumer asks for a job) and `prenoise.draws.run_draw` (a tensor is
-drawn, on a thread, inside a job or not). Every test that claims overlap asserts with it that
-each prepared job ran on its executor's worker, not on the consumer's thread, and had started
-before the consumer asked for it.
+`PreparationExecutor.take` (a consumer asks for a job) and `prenoise.preparation.draws.run_draw`
+(a tensor is drawn, on a thread, inside a job or not). Every test that claims overlap asserts
+with it that each prepared job ran on its executor's worker, not on the consumer's thread, and
+had started before the consumer asked for it.
 
 Scheduling is made deterministic, not assumed: `take` first waits (up to `GATE_S`) for the job
 to start on its own. A correct executor starts it without being asked, so the order is then
@@ -23,8 +23,8 @@ from typing import Any
 import pytest
 import torch
 
-from prenoise import draws as draws_module
-from prenoise.executor import PreparationExecutor, Prepared
+from prenoise.preparation import draws as draws_module
+from prenoise.preparation.executor import PreparationExecutor, Prepared
 
 GATE_S = 10.0
 """How long a recorded `take` waits for its job to start on its own before asking."""

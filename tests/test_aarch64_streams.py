@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from prenoise.noise_streams import load_goldens, stream_digest
+from prenoise.noise.streams import load_goldens, stream_digest
 
 ROOT = Path(__file__).resolve().parents[1]
 DUMP = ROOT / "build" / "aarch64" / "stream_dump"

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from prenoise import budget
-from prenoise.budget import BudgetExceededError, format_bytes, require_fits
-from prenoise.draws import Draw, NoisePlan, Stream, run_draw, run_stream
-from prenoise.layouts import Patchify
+from prenoise.guards import budget
+from prenoise.guards.budget import BudgetExceededError, format_bytes, require_fits
+from prenoise.noise.layouts import Patchify
+from prenoise.preparation.draws import Draw, NoisePlan, Stream, run_draw, run_stream
 
 GIB = 2**30
 
@@ -47,8 +47,8 @@ def test_absurd_draws_are_refused_before_allocating(monkeypatch: pytest.MonkeyPa
     def no_allocation(*_args: object, **_kwargs: object) -> torch.Tensor:
         raise AssertionError("allocated")
 
-    monkeypatch.setattr("prenoise.kernel.empty", no_allocation)
-    monkeypatch.setattr("prenoise.kernel.randn_keep_prefix", no_allocation)
+    monkeypatch.setattr("prenoise.noise.kernel.empty", no_allocation)
+    monkeypatch.setattr("prenoise.noise.kernel.randn_keep_prefix", no_allocation)
     g = torch.Generator().manual_seed(0)
     state = g.get_state()
     huge = Draw("huge", (100_000, 100_000))

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from bitwise import bitwise_equal
-from prenoise.cancel import Cancelled, any_of
-from prenoise.draws import Draw, Stream, run_draw, run_stream, set_fill_backend
-from prenoise.executor import PreparationExecutor
+from prenoise.guards.cancel import Cancelled, any_of
+from prenoise.preparation.draws import Draw, Stream, run_draw, run_stream, set_fill_backend
+from prenoise.preparation.executor import PreparationExecutor
 
 CHUNK = 1024
 

@@ -10,12 +10,12 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from prenoise import kernel
-from prenoise.cli import build_parser, main
-from prenoise.cli_args import UsageError, check_output_dir, check_output_file
-from prenoise.draws import Draw, Stream
-from prenoise.env import EnvVarError
-from prenoise.seeds import SEED_MAX, check_seed_range
+from prenoise.cli.args import UsageError, check_output_dir, check_output_file
+from prenoise.cli.commands import build_parser, main
+from prenoise.guards.env import EnvVarError
+from prenoise.guards.seeds import SEED_MAX, check_seed_range
+from prenoise.noise import kernel
+from prenoise.preparation.draws import Draw, Stream
 
 # -- seeds: one rule, matching what torch's generator accepts ---------------------------------
 

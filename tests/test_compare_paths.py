@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from prenoise.cli import main
+from prenoise.cli.commands import main
 
 
 @pytest.mark.parametrize(

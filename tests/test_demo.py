@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from overlap import OverlapRecorder
-from prenoise import demo as demo_module
-from prenoise.cli import main
-from prenoise.demo import run_demo
-from prenoise.layouts import Patchify
+from prenoise.cli import demo as demo_module
+from prenoise.cli.commands import main
+from prenoise.cli.demo import run_demo
+from prenoise.noise.layouts import Patchify
 
 WORKER = "prenoise-prep"
 

@@ -10,8 +10,9 @@ from hypothesis import strategies as st
 
 from bitwise import bitwise_equal, same_state
 from kernel_spy import kernel_calls
-from prenoise import kernel
-from prenoise.draws import (
+from prenoise.noise import kernel
+from prenoise.noise.layouts import Patchify
+from prenoise.preparation.draws import (
     Draw,
     HalfDrawRule,
     NoisePlan,
@@ -23,7 +24,6 @@ from prenoise.draws import (
     run_plan,
     run_stream,
 )
-from prenoise.layouts import Patchify
 
 SEEDS = (0, 42, 2101)
 # below and above the kernel's size threshold (kernel.KERNEL_MIN_NUMEL = 1024)
@@ -310,7 +310,7 @@ def test_draws_never_touch_the_global_rng() -> None:
     ],
 )
 def test_core_draws_equal_with_kernel_and_with_torch(draw: Draw) -> None:
-    from prenoise import draws
+    from prenoise.preparation import draws
 
     g_kernel, g_torch, g_plain = gen(2101), gen(2101), gen(2101)
     with kernel_calls() as calls:
@@ -337,7 +337,7 @@ def test_core_draws_equal_with_kernel_and_with_torch(draw: Draw) -> None:
 
 
 def test_doctor_reports_backend(capsys: pytest.CaptureFixture[str]) -> None:
-    from prenoise.cli import main
+    from prenoise.cli.commands import main
 
     assert main(["doctor"]) == 0
     out = capsys.readouterr().out

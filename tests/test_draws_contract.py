@@ -9,10 +9,11 @@ import pytest
 import torch
 
 from bitwise import bitwise_equal, same_state
-from prenoise import draws, noise_streams
-from prenoise.budget import BudgetExceededError, format_bytes
-from prenoise.cancel import Cancelled
-from prenoise.draws import (
+from prenoise.guards.budget import BudgetExceededError, format_bytes
+from prenoise.guards.cancel import Cancelled
+from prenoise.noise import streams as noise_streams
+from prenoise.preparation import draws
+from prenoise.preparation.draws import (
     Draw,
     NoisePlan,
     ScalarPathError,
@@ -281,16 +282,16 @@ def test_only_a_cancellable_fill_is_chunked_by_default(monkeypatch: pytest.Monke
 
 
 def _keep_prefix_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[object, ...]]:
-    from prenoise import kernel
+    from prenoise.noise import normal
 
     calls: list[tuple[object, ...]] = []
-    real = kernel.randn_keep_prefix
+    real = normal.randn_keep_prefix
 
     def spy(shape: object, keep: object, **kwargs: object) -> torch.Tensor:
         calls.append((shape, keep, kwargs.get("stream")))
         return real(shape, keep, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(kernel, "randn_keep_prefix", spy)
+    monkeypatch.setattr(normal, "randn_keep_prefix", spy)
     return calls
 
 

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from prenoise import draws
-from prenoise.draws import Draw, NoisePlan, Stream
-from prenoise.noise_streams import stream_digest
+from prenoise.noise.streams import stream_digest
+from prenoise.preparation import draws
+from prenoise.preparation.draws import Draw, NoisePlan, Stream
 
 
 def _raises(kind: type[Exception], message: str) -> pytest.RaisesContext[Exception]:

@@ -12,10 +12,11 @@ import pytest
 import torch
 
 from bitwise import bitwise_equal, same_state
-from prenoise import draws, noise_streams
-from prenoise.cancel import Cancelled
-from prenoise.draws import CANCEL_CHUNK_ELEMS, Draw, HalfDrawRule, run_draw
-from prenoise.noise_streams import load_goldens, stream_digest
+from prenoise.guards.cancel import Cancelled
+from prenoise.noise import streams as noise_streams
+from prenoise.noise.streams import load_goldens, stream_digest
+from prenoise.preparation import draws
+from prenoise.preparation.draws import CANCEL_CHUNK_ELEMS, Draw, HalfDrawRule, run_draw
 
 
 class CountingCancel:

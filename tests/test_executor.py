@@ -12,11 +12,11 @@ import torch
 
 from bitwise import bitwise_equal, same_state
 from overlap import OverlapRecorder
-from prenoise.draws import Draw, Stream, run_draw, run_stream
-from prenoise.executor import PreparationExecutor, PreparationStateError
-from prenoise.prediction import MismatchPolicy, PredictionMismatchError
-from prenoise.rng_guard import GlobalRNGChangedError, global_rng_guard
-from prenoise.tracing import Tracer
+from prenoise.observe.tracing import Tracer
+from prenoise.preparation.draws import Draw, Stream, run_draw, run_stream
+from prenoise.preparation.executor import PreparationExecutor, PreparationStateError
+from prenoise.preparation.prediction import MismatchPolicy, PredictionMismatchError
+from prenoise.verify.rng_guard import GlobalRNGChangedError, global_rng_guard
 
 
 class EncoderFailed(RuntimeError):

@@ -14,10 +14,10 @@ import pytest
 import torch
 
 from bitwise import bitwise_equal, same_state
-from prenoise.executor import PreparationExecutor, PreparationStateError
-from prenoise.prediction import MismatchPolicy, PredictionMismatchError
-from prenoise.rng_guard import GlobalRNGChangedError
-from prenoise.tracing import Tracer
+from prenoise.observe.tracing import Tracer
+from prenoise.preparation.executor import PreparationExecutor, PreparationStateError
+from prenoise.preparation.prediction import MismatchPolicy, PredictionMismatchError
+from prenoise.verify.rng_guard import GlobalRNGChangedError
 
 TIMEOUT_S = 10.0  # only a safety net: every wait below is released by an event
 
@@ -410,7 +410,7 @@ def test_exceptions_without_add_note_propagate_unchanged(first_cancel: threading
 
 
 def test_untaken_failed_jobs_are_logged_at_debug(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.DEBUG, logger="prenoise.executor")
+    caplog.set_level(logging.DEBUG, logger="prenoise.preparation.executor")
     ran = threading.Event()
 
     def failing() -> None:
@@ -421,7 +421,7 @@ def test_untaken_failed_jobs_are_logged_at_debug(caplog: pytest.LogCaptureFixtur
         prep.submit("good", lambda: "fine")
         prep.submit("bad", failing)
         assert ran.wait(TIMEOUT_S)  # both ran (one lane, in order); neither is taken
-    records = [r for r in caplog.records if r.name == "prenoise.executor"]
+    records = [r for r in caplog.records if r.name == "prenoise.preparation.executor"]
     assert [(r.levelno, r.getMessage()) for r in records] == [
         (logging.DEBUG, "untaken job 'bad' failed: ValueError('boom')")
     ]
@@ -460,8 +460,8 @@ def test_global_rng_check_default_comes_from_prenoise_debug_rng(
 
 
 def test_prenoise_debug_rng_follows_the_start_up_check(monkeypatch: pytest.MonkeyPatch) -> None:
-    """What `prenoise.env` accepts at start-up means the same here (' 1' was off here)."""
-    from prenoise.env import EnvVarError
+    """What `prenoise.guards.env` accepts at start-up means the same here (' 1' was off here)."""
+    from prenoise.guards.env import EnvVarError
 
     monkeypatch.setenv("PRENOISE_DEBUG_RNG", " 1")
     assert PreparationExecutor(name="rng").check_global_rng is True

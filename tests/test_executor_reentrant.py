@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from bitwise import bitwise_equal
-from prenoise.draws import Draw, run_draw
-from prenoise.executor import PreparationExecutor, PreparationStateError
-from prenoise.tracing import Tracer
+from prenoise.observe.tracing import Tracer
+from prenoise.preparation.draws import Draw, run_draw
+from prenoise.preparation.executor import PreparationExecutor, PreparationStateError
 
 WAIT_S = 10  # bounds only the failure case: a deadlocked take never sets the event
 

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from blocked_imports import OPTIONAL_MODULES, REPO, run_python
-from prenoise import extras
-from prenoise.cli import main
+from prenoise.cli.commands import main
+from prenoise.guards import extras
 from source_tree import copy_package_source
 
 # -- (1) the base install ------------------------------------------------------------------------
@@ -29,7 +29,7 @@ from source_tree import copy_package_source
 _BASE_SCRIPT = """
 import contextlib, io, json, sys
 import torch
-from prenoise.cli import main
+from prenoise.cli.commands import main
 
 torch.save({"x": torch.arange(4)}, sys.argv[1])
 results = {}
@@ -148,7 +148,7 @@ def test_each_command_checks_its_own_extras_first(
 def test_an_optional_import_failing_mid_command_names_its_extra(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import prenoise.cli as cli
+    import prenoise.cli.commands as cli
 
     def needs_transformers(args: object) -> int:
         raise ModuleNotFoundError("No module named 'transformers'", name="transformers")
@@ -165,7 +165,7 @@ def test_extra_for_module() -> None:
     assert extras.extra_for_module("PIL") == "ref2va"
     assert extras.extra_for_module("fastapi") == "serve"
     assert extras.extra_for_module("diffusers.utils") == "diffusers"
-    assert extras.extra_for_module("prenoise._noise_kernel") is None
+    assert extras.extra_for_module("prenoise.noise._noise_kernel") is None
     assert extras.extra_for_module(None) is None
 
 
@@ -188,7 +188,7 @@ def _requirements(extra: str, table: dict[str, list[str]]) -> set[str]:
 
 
 def test_every_module_an_extra_provides_is_declared_by_that_extra() -> None:
-    """`prenoise.extras.EXTRAS` and pyproject.toml agree: each module an extra is checked for
+    """`prenoise.guards.extras.EXTRAS` and pyproject.toml agree: each module an extra is checked for
     comes from a distribution that extra installs (checked for the modules installed here)."""
     tomllib = pytest.importorskip("tomllib")
     table = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
@@ -233,7 +233,7 @@ def test_unexpected_errors_are_one_line_with_exit_70(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    import prenoise.cli as cli
+    import prenoise.cli.commands as cli
 
     def broken(args: object) -> int:
         raise error
@@ -254,8 +254,8 @@ def test_error_text_is_printed_verbatim(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Brackets in a message are text, not rich markup (`prenoise[ref2va]`, `scores[1]`)."""
-    import prenoise.cli as cli
-    from prenoise.cli_args import UsageError
+    import prenoise.cli.commands as cli
+    from prenoise.cli.args import UsageError
 
     def refuse(args: object) -> int:
         raise UsageError("field scores[1] and [bold]x[/bold]")
@@ -270,8 +270,8 @@ def test_error_text_is_printed_verbatim(
 _NO_KERNEL_SCRIPT = """
 import contextlib, io, sys
 import torch
-from prenoise import kernel
-from prenoise.cli import main
+from prenoise.noise import kernel
+from prenoise.cli.commands import main
 
 assert kernel._ext is None
 g1, g2 = torch.Generator().manual_seed(7), torch.Generator().manual_seed(7)
@@ -299,13 +299,13 @@ def _check_no_kernel_output(proc: subprocess.CompletedProcess[str]) -> str:
     assert doctor.startswith(" 0 ")
     assert "C kernel not built (no C compiler at install time?)" in doctor
     assert "torch (inactive)" in doctor
-    # The one warning of the fallback, on logger prenoise.kernel (stderr, no logging config).
+    # The one warning of the fallback, on logger prenoise.noise.kernel (stderr, no logging config).
     assert "prenoise noise kernel unavailable, using torch: C kernel not built" in proc.stderr
     return proc.stdout
 
 
 def test_without_the_kernel_draws_fall_back_to_torch_and_doctor_says_why(tmp_path: Path) -> None:
-    proc = run_python(["-c", _NO_KERNEL_SCRIPT], ["prenoise._noise_kernel"], tmp_path)
+    proc = run_python(["-c", _NO_KERNEL_SCRIPT], ["prenoise.noise._noise_kernel"], tmp_path)
     _check_no_kernel_output(proc)
 
 
@@ -326,10 +326,10 @@ def test_a_build_without_a_c_compiler_installs_without_the_kernel(tmp_path: Path
         check=False,
     )
     assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
-    assert 'building extension "prenoise._noise_kernel" failed' in build.stdout + build.stderr
+    assert 'building extension "prenoise.noise._noise_kernel" failed' in build.stdout + build.stderr
     (wheel,) = wheels.glob("prenoise-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
-    assert "prenoise/kernel.py" in names
+    assert "prenoise/noise/kernel.py" in names
     assert not [n for n in names if "_noise_kernel" in n], names
     target = tmp_path / "installed"
     install = subprocess.run(
@@ -350,7 +350,7 @@ def test_a_build_without_a_c_compiler_installs_without_the_kernel(tmp_path: Path
         check=False,
     )
     stdout = _check_no_kernel_output(proc)
-    assert f"FILE {target / 'prenoise' / 'kernel.py'}" in stdout
+    assert f"FILE {target / 'prenoise' / 'noise' / 'kernel.py'}" in stdout
 
 
 def _env_without_pythonpath() -> dict[str, str]:

@@ -11,8 +11,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from prenoise.executor import PreparationExecutor
-from prenoise.signals import Terminated, install_termination_handlers
+from prenoise.guards.signals import Terminated, install_termination_handlers
+from prenoise.preparation.executor import PreparationExecutor
 
 
 def _main_thread_blocked_in_take() -> bool:

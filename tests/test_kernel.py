@@ -1,4 +1,4 @@
-"""prenoise.kernel: bit-exact equality with torch's CPU normal draws (values and generator state).
+"""prenoise.noise.kernel: bit-exact equality with torch's CPU normal draws (values, final state).
 
 Every comparison is between two arms computed in this process; no tensor value is hard-coded.
 """
@@ -24,7 +24,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kernel_spy import kernel_calls
-from prenoise import kernel
+from prenoise.noise import kernel
 
 SIZES = [16, 17, 31, 32, 33, 47, 1000, 4099, 100003]
 
@@ -299,12 +299,12 @@ def test_self_check_catches_a_corrupted_result(caplog: pytest.LogCaptureFixture)
         if t.numel() == 100003:
             t.view(torch.int32)[12345] ^= 1
 
-    with caplog.at_level(logging.WARNING, logger="prenoise.kernel"):
+    with caplog.at_level(logging.WARNING, logger="prenoise.noise.kernel"):
         status = kernel._resolve(_corrupt=flip_last_bit)
         assert kernel.backend_status() is status  # decided once per process
     assert (status.name, status.active) == ("torch", False)
     assert "n=100003" in status.reason
-    warnings = [r for r in caplog.records if r.name == "prenoise.kernel"]
+    warnings = [r for r in caplog.records if r.name == "prenoise.noise.kernel"]
     assert len(warnings) == 1 and warnings[0].levelno == logging.WARNING
     ref_gen, gen = _gens(8)  # and the fallback still gives torch's numbers
     assert _same_bits(kernel.randn(777, generator=gen), torch.randn(777, generator=ref_gen))
@@ -314,7 +314,7 @@ def test_scalar_backend_matches_torch_default_capability() -> None:
     script = textwrap.dedent(
         """
         import torch
-        from prenoise import kernel
+        from prenoise.noise import kernel
         kernel.KERNEL_MIN_NUMEL = 16
         st = kernel.backend_status()
         assert torch.backends.cpu.get_cpu_capability() == "DEFAULT"
@@ -454,7 +454,7 @@ def test_self_check_refuses_each_kind_of_wrong_result(
     """Corrupt, in turn, the values, the final generator state and the keep-prefix result (its
     values, then its state) of every candidate backend: the self-check must refuse each, and the
     process must fall back to torch (the kernel is never called again)."""
-    real_fill, real_keep = kernel._fill_with, kernel._keep_prefix_with
+    real_fill, real_keep = kernel._fill_with, kernel.keep_prefix_with
 
     def fill(out: torch.Tensor, gen: torch.Generator, *args: object) -> None:
         real_fill(out, gen, *args)  # type: ignore[arg-type]
@@ -472,19 +472,21 @@ def test_self_check_refuses_each_kind_of_wrong_result(
         return got
 
     monkeypatch.setattr(kernel, "_fill_with", fill)
-    monkeypatch.setattr(kernel, "_keep_prefix_with", keep)
-    with caplog.at_level(logging.WARNING, logger="prenoise.kernel"):
+    monkeypatch.setattr(kernel, "keep_prefix_with", keep)
+    with caplog.at_level(logging.WARNING, logger="prenoise.noise.kernel"):
         status = kernel.backend_status()
     assert (status.name, status.active) == ("torch", False), status
     assert status.reason.startswith("self-check against torch failed")
     candidates = [n for n in ("avx512-fma", "avx2-fma", "scalar-libm") if f"{n}: " in status.reason]
     assert candidates and all(f"{n}: {reason}" in status.reason for n in candidates)
-    assert [r.levelno for r in caplog.records if r.name == "prenoise.kernel"] == [logging.WARNING]
+    assert [r.levelno for r in caplog.records if r.name == "prenoise.noise.kernel"] == [
+        logging.WARNING
+    ]
 
     # the fallback is engaged: torch serves every draw, the kernel is never called
     called: list[int] = []
     monkeypatch.setattr(kernel, "_fill_with", lambda out, *a: called.append(out.numel()))
-    monkeypatch.setattr(kernel, "_keep_prefix_with", lambda shape, *a: called.append(0))
+    monkeypatch.setattr(kernel, "keep_prefix_with", lambda shape, *a: called.append(0))
     ref_gen, gen = _gens(8)
     assert _same_bits(kernel.randn(5000, generator=gen), torch.randn(5000, generator=ref_gen))
     got = kernel.randn_keep_prefix((6, 1000), (2,), generator=gen)

@@ -1,4 +1,4 @@
-"""prenoise.kernel: exact texts, status fields, dispatch and self-check plan (found by mutation)."""
+"""prenoise.noise.kernel: exact texts, status fields, dispatch and self-check plan (mutation)."""
 
 from __future__ import annotations
 
@@ -17,8 +17,9 @@ import torch
 
 from bitwise import bitwise_equal, same_state
 from kernel_spy import kernel_calls
-from prenoise import kernel, noise_streams
-from prenoise.env import EnvVarError
+from prenoise.guards.env import EnvVarError
+from prenoise.noise import kernel, normal
+from prenoise.noise import streams as noise_streams
 
 THP_FILE = "/sys/kernel/mm/transparent_hugepage/enabled"
 VECTOR = ("avx512-fma", "avx2-fma")
@@ -156,7 +157,7 @@ def _fake_ext(available: tuple[int, ...]) -> SimpleNamespace:
 
 
 def _warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.name == "prenoise.kernel"]
+    return [r.getMessage() for r in caplog.records if r.name == "prenoise.noise.kernel"]
 
 
 def test_forced_torch_status_and_code(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -172,7 +173,7 @@ def test_missing_extension_status_code_and_warning(
 ) -> None:
     monkeypatch.setattr(kernel, "_ext", None)
     monkeypatch.setattr(kernel, "_IMPORT_ERROR", "no kernel here")
-    with caplog.at_level(logging.WARNING, logger="prenoise.kernel"):
+    with caplog.at_level(logging.WARNING, logger="prenoise.noise.kernel"):
         assert kernel._choose(None) == (kernel.BackendStatus("torch", False, "no kernel here"), -1)
     assert _warnings(caplog) == ["prenoise noise kernel unavailable, using torch: no kernel here"]
 
@@ -317,7 +318,7 @@ def test_candidates_are_tried_in_order(
         return problems.get(code)
 
     monkeypatch.setattr(kernel, "_self_check", self_check)
-    with caplog.at_level(logging.WARNING, logger="prenoise.kernel"):
+    with caplog.at_level(logging.WARNING, logger="prenoise.noise.kernel"):
         status, code = kernel._choose(corrupt)
     assert (status, code) == (kernel.BackendStatus(*expected[0]), expected[1])
     assert calls == [(c, corrupt) for c in tried]
@@ -377,7 +378,7 @@ def test_self_check_runs_its_documented_plan(monkeypatch: pytest.MonkeyPatch) ->
     assert status.active, status.reason
     code = kernel._code
     events: list[tuple[object, ...]] = []
-    real_fill, real_keep = kernel._fill_with, kernel._keep_prefix_with
+    real_fill, real_keep = kernel._fill_with, kernel.keep_prefix_with
 
     def fill(out: torch.Tensor, gen: torch.Generator, threads: int, c: int) -> None:
         events.append(("fill", gen.initial_seed(), out.numel(), threads, c))
@@ -393,7 +394,7 @@ def test_self_check_runs_its_documented_plan(monkeypatch: pytest.MonkeyPatch) ->
         events.append(("hook", t.numel()))
 
     monkeypatch.setattr(kernel, "_fill_with", fill)
-    monkeypatch.setattr(kernel, "_keep_prefix_with", keep)
+    monkeypatch.setattr(kernel, "keep_prefix_with", keep)
     assert kernel._self_check(code, hook) is None
     expected: list[tuple[object, ...]] = []
     for seed in (0, 20240531):
@@ -415,7 +416,7 @@ def test_self_check_refuses_a_corrupted_keep_prefix_result(
         if t.numel() == 3 * 5 * 7 * 5:
             t.view(-1).view(torch.int32)[-1] ^= 1
 
-    with caplog.at_level(logging.WARNING, logger="prenoise.kernel"):
+    with caplog.at_level(logging.WARNING, logger="prenoise.noise.kernel"):
         status = kernel._resolve(_corrupt=flip)
     problem = "keep-prefix values differ for seed=0 keep=(3, 5, 7, 5)"
     assert (status.name, status.active) == ("torch", False)
@@ -592,7 +593,7 @@ def test_randn_out_that_matches_is_filled_in_place_by_the_kernel(dtype: torch.dt
 
 
 def test_named_streams_are_delegated_with_every_argument(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A non-native ``stream`` hands every argument, unchanged, to prenoise.noise_streams."""
+    """A non-native ``stream`` hands every argument, unchanged, to prenoise.noise.streams."""
     seen: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
     result = torch.empty(1)
 
@@ -606,12 +607,12 @@ def test_named_streams_are_delegated_with_every_argument(monkeypatch: pytest.Mon
     for name in ("fill_", "randn", "randn_keep_prefix"):
         monkeypatch.setattr(noise_streams, name, spy(name))
     gen, out = torch.Generator(), torch.empty(64)
-    assert kernel.fill_normal_(out, gen, threads=3, stream="libm") is result
+    assert normal.fill_normal_(out, gen, threads=3, stream="libm") is result
     assert (
-        kernel.randn((8, 8), generator=gen, dtype=torch.float16, out=out, threads=2, stream="x86")
+        normal.randn((8, 8), generator=gen, dtype=torch.float16, out=out, threads=2, stream="x86")
         is result
     )
-    assert kernel.randn_keep_prefix((8, 8), (2,), generator=gen, threads=4, stream="x86") is result
+    assert normal.randn_keep_prefix((8, 8), (2,), generator=gen, threads=4, stream="x86") is result
     assert seen == [
         ("fill_", (out, gen, "libm"), {"threads": 3}),
         (
@@ -646,7 +647,7 @@ def test_keep_prefix_falls_back_to_torch_at_an_unmodelled_position() -> None:
     assert bitwise_equal(got, expected) and same_state(gen, ref)
 
 
-def test_keep_prefix_without_fallback_refuses_an_unmodelled_position() -> None:
+def testkeep_prefix_without_fallback_refuses_an_unmodelled_position() -> None:
     """Non-native noise streams (which torch may not draw) ask for an error instead."""
     code = kernel._active_code()
     assert code >= 0, kernel.backend_status().reason
@@ -657,7 +658,7 @@ def test_keep_prefix_without_fallback_refuses_an_unmodelled_position() -> None:
         kernel._ext.UnsupportedPosition,
         match=_exact("generator position not supported by the kernel"),
     ):
-        kernel._keep_prefix_with((6, 1000), (2,), gen, code, fallback=False)
+        kernel.keep_prefix_with((6, 1000), (2,), gen, code, fallback=False)
     assert torch.equal(gen.get_state(), before)
 
 
@@ -671,7 +672,7 @@ def test_only_an_unmodelled_position_falls_back_to_torch() -> None:
         kernel._fill_with(torch.empty(5000), gen, 1, 99)
     assert type(raised.value) is ValueError
     with pytest.raises(ValueError, match=_exact(text)):
-        kernel._keep_prefix_with((6, 1000), (2, 999), gen, 99)
+        kernel.keep_prefix_with((6, 1000), (2, 999), gen, 99)
     assert torch.equal(gen.get_state(), before)
 
 

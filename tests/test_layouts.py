@@ -1,4 +1,4 @@
-"""prenoise.layouts.Patchify: the fast path (runs moved as wider integers) equals the reference."""
+"""prenoise.noise.layouts.Patchify: the fast path (wider-int runs) equals the reference."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bitwise import bitwise_equal
-from prenoise.layouts import Patchify
+from prenoise.noise.layouts import Patchify
 
 
 def reference(x: torch.Tensor, patch: tuple[int, int, int]) -> torch.Tensor:

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from prenoise.metrics import derive_metrics, intersection_length, interval_union
-from prenoise.tracing import Category, Span, Tracer, chrome_trace
+from prenoise.observe.metrics import derive_metrics, intersection_length, interval_union
+from prenoise.observe.tracing import Category, Span, Tracer, chrome_trace
 
 REQ, WORKER = 1, 2
 
@@ -75,7 +75,7 @@ def test_tracer_records_from_threads() -> None:
 def test_timeline_png(tmp_path: object) -> None:
     from pathlib import Path
 
-    from prenoise.timeline_plot import plot_timelines
+    from prenoise.observe.timeline_plot import plot_timelines
 
     out = plot_timelines(
         {"serial": SERIAL, "overlapped": OVERLAPPED}, Path(str(tmp_path)) / "t.png"
@@ -86,7 +86,7 @@ def test_timeline_png(tmp_path: object) -> None:
 def test_peak_rss_reset_and_read() -> None:
     import mmap
 
-    from prenoise.metrics import peak_rss_bytes, reset_peak_rss
+    from prenoise.observe.metrics import peak_rss_bytes, reset_peak_rss
 
     reset_peak_rss()
     base = peak_rss_bytes()
@@ -101,7 +101,7 @@ def test_peak_rss_reset_and_read() -> None:
 
 
 def test_chrome_trace_round_trip() -> None:
-    from prenoise.tracing import spans_from_chrome_trace
+    from prenoise.observe.tracing import spans_from_chrome_trace
 
     back = spans_from_chrome_trace(json.loads(json.dumps(chrome_trace(OVERLAPPED))))
     assert [(s.name, s.category, s.thread_name) for s in back] == [

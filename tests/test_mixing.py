@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from bitwise import bitwise_equal
-from prenoise.mixing import mix_coefficients, mix_condition, mix_conditions
+from prenoise.preparation.mixing import mix_coefficients, mix_condition, mix_conditions
 
 
 def reference_mix(clean: torch.Tensor, noise: torch.Tensor, tau: float) -> torch.Tensor:
@@ -226,7 +226,7 @@ def test_blocks_sharing_device_dtype_and_row_shape_are_mixed_in_place(
 ) -> None:
     """The documented fast path: same device, dtype and row shape -> every block is mixed
     straight into its rows of one result (`out=`); anything else -> per-block results + cat."""
-    from prenoise import mixing
+    from prenoise.preparation import mixing
 
     used_out: list[bool] = []
     real = mixing.mix_condition
@@ -279,7 +279,7 @@ def test_out_path_allocates_exactly_one_scratch_buffer_of_the_rows_shape(
     big buffers get 2 MiB pages), and never makes torch resize an output."""
     import warnings
 
-    from prenoise import kernel
+    from prenoise.noise import kernel
 
     allocated: list[tuple[tuple[int, ...], torch.dtype]] = []
     real = kernel.empty

@@ -12,7 +12,7 @@ from types import ModuleType
 import pytest
 
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "mutation.py"
-KILLED = "    prenoise.draws.x_chunk_bounds__mutmut_1: killed\n"
+KILLED = "    prenoise.preparation.draws.x_chunk_bounds__mutmut_1: killed\n"
 
 
 @pytest.fixture
@@ -93,23 +93,25 @@ def test_an_unexplained_survivor_fails_and_is_named_by_module(
 ) -> None:
     results = (
         KILLED
-        + "    prenoise.draws.x_chunk_bounds__mutmut_3: survived\n"
-        + "    prenoise.draws.xǁDrawǁ__post_init____mutmut_38: survived\n"
-        + "    prenoise.draws.x_run_draw__mutmut_7: no tests\n"
-        + "    prenoise.draws.x_run_draw__mutmut_8: timeout\n"
+        + "    prenoise.preparation.draws.x_chunk_bounds__mutmut_3: survived\n"
+        + "    prenoise.preparation.draws.xǁDrawǁ__post_init____mutmut_38: survived\n"
+        + "    prenoise.preparation.draws.x_run_draw__mutmut_7: no tests\n"
+        + "    prenoise.preparation.draws.x_run_draw__mutmut_8: timeout\n"
     )
     explained = (
         "# comment\n\n"
-        "draws prenoise.draws.x_chunk_bounds__mutmut_3 1 is not a multiple of 16 either\n"
-        "kernel prenoise.draws.x_run_draw__mutmut_7 explained for another module only\n"
+        "draws prenoise.preparation.draws.x_chunk_bounds__mutmut_3 "
+        "1 is not a multiple of 16 either\n"
+        "kernel prenoise.preparation.draws.x_run_draw__mutmut_7 explained for another module only\n"
     )
     _, fake = fake_mutmut(results=results)
     tree = install(mutation, monkeypatch, tmp_path, fake, explained)
     assert mutation.main(["draws"]) == 1
     err = capsys.readouterr().err.splitlines()
     assert err[:2] == [
-        "FAIL draws: no tests and not explained: prenoise.draws.x_run_draw__mutmut_7",
-        "FAIL draws: survived and not explained: prenoise.draws.xǁDrawǁ__post_init____mutmut_38",
+        "FAIL draws: no tests and not explained: prenoise.preparation.draws.x_run_draw__mutmut_7",
+        "FAIL draws: survived and not explained: "
+        "prenoise.preparation.draws.xǁDrawǁ__post_init____mutmut_38",
     ]
     assert err[2].startswith("mutation check failed: 2 problem(s) in draws; kill each survivor")
     assert (tree / "results.txt").read_text() == results
@@ -118,8 +120,10 @@ def test_an_unexplained_survivor_fails_and_is_named_by_module(
 def test_every_survivor_explained_passes(
     mutation: ModuleType, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    results = KILLED + "    prenoise.draws.x_chunk_bounds__mutmut_3: survived\n"
-    explained = "draws prenoise.draws.x_chunk_bounds__mutmut_3 equivalent: <= 1 is <= 0 here\n"
+    results = KILLED + "    prenoise.preparation.draws.x_chunk_bounds__mutmut_3: survived\n"
+    explained = (
+        "draws prenoise.preparation.draws.x_chunk_bounds__mutmut_3 equivalent: <= 1 is <= 0 here\n"
+    )
     _, fake = fake_mutmut(results=results)
     install(mutation, monkeypatch, tmp_path, fake, explained)
     assert mutation.main(["draws"]) == 0
@@ -157,7 +161,7 @@ def test_a_missing_mutmut_is_one_line_and_exit_2(
 
 def test_an_explanation_without_a_reason_is_refused(mutation: ModuleType, tmp_path: Path) -> None:
     path = tmp_path / "explained.txt"
-    path.write_text("draws prenoise.draws.x_chunk_bounds__mutmut_3\n")
+    path.write_text("draws prenoise.preparation.draws.x_chunk_bounds__mutmut_3\n")
     with pytest.raises(ValueError, match=r"^explained.txt:1: expected `module mutant-name why`"):
         mutation.load_explained(path)
 

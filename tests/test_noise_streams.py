@@ -1,4 +1,4 @@
-"""prenoise.noise_streams: the x86 and libm streams equal torch under the matching CPU capability
+"""prenoise.noise.streams: the x86 and libm streams equal torch under the matching CPU capability
 (values and generator state), the portable x86 code equals the AVX code, and a stream whose
 self-check against the golden digests fails is refused, never drawn differently."""
 
@@ -19,9 +19,18 @@ from hypothesis import strategies as st
 
 import prenoise
 from bitwise import bitwise_equal, same_state
-from prenoise import kernel, noise_streams
-from prenoise.draws import Draw, HalfDrawRule, NoisePlan, Stream, run_draw, run_plan, run_stream
-from prenoise.noise_streams import NoiseStreamError
+from prenoise.noise import kernel
+from prenoise.noise import streams as noise_streams
+from prenoise.noise.streams import NoiseStreamError
+from prenoise.preparation.draws import (
+    Draw,
+    HalfDrawRule,
+    NoisePlan,
+    Stream,
+    run_draw,
+    run_plan,
+    run_stream,
+)
 
 LOCAL_X86 = torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")
 needs_x86_torch = pytest.mark.skipif(not LOCAL_X86, reason="local torch does not draw x86 here")
@@ -108,7 +117,7 @@ def test_forced_portable_x86_passes_its_self_check(monkeypatch: pytest.MonkeyPat
 _LIBM_SCRIPT = textwrap.dedent(
     """
     import json, torch, prenoise
-    from prenoise import noise_streams
+    from prenoise.noise import streams as noise_streams
     assert torch.backends.cpu.get_cpu_capability() == "DEFAULT"
     bad = []
     for dtype in (torch.float32, torch.bfloat16, torch.float16, torch.float64):

@@ -7,9 +7,9 @@ import logging
 import pytest
 import torch
 
-from prenoise import rng_guard
-from prenoise.prediction import PredictionEvent, PredictionMismatchError
-from prenoise.rng_guard import GlobalRNGChangedError, RNGSnapshot, global_rng_guard
+from prenoise.preparation.prediction import PredictionEvent, PredictionMismatchError
+from prenoise.verify import rng_guard
+from prenoise.verify.rng_guard import GlobalRNGChangedError, RNGSnapshot, global_rng_guard
 
 
 def test_snapshot_differences_name_each_changed_state() -> None:
@@ -48,11 +48,11 @@ def test_prediction_mismatch_error_keeps_both_keys_and_says_what_to_do() -> None
 
 
 def test_prediction_event_logs_one_warning(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.WARNING, logger="prenoise.prediction"):
+    with caplog.at_level(logging.WARNING, logger="prenoise.preparation.prediction"):
         PredictionEvent("cond", (1, 2), (1, 3)).log()
     assert [(r.name, r.levelno, r.getMessage()) for r in caplog.records] == [
         (
-            "prenoise.prediction",
+            "prenoise.preparation.prediction",
             logging.WARNING,
             "prediction mismatch for 'cond': predicted (1, 2), actual (1, 3); recomputed serially",
         )

@@ -18,9 +18,9 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from prenoise import noise_streams
-from prenoise.noise_streams import NoiseStreamError
-from prenoise.stream_mode import StreamDrawMode, draws_in_stream
+from prenoise.noise import streams as noise_streams
+from prenoise.noise.stream_mode import StreamDrawMode, draws_in_stream
+from prenoise.noise.streams import NoiseStreamError
 
 pytestmark = pytest.mark.skipif(
     noise_streams.local_torch_stream() != "x86", reason="these comparisons need an x86 host"

@@ -13,7 +13,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prenoise.cli import main
+from prenoise.cli.commands import main
 from prenoise.verify import UncomparableError, compare, load_saved, tensor_sha256
 
 

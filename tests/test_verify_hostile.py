@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import torch
 
-from prenoise.cli import main
+from prenoise.cli.commands import main
 from prenoise.verify import UncomparableError, compare
 
 

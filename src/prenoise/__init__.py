@@ -1,24 +1,28 @@
 """prenoise: prepare diffusion noise off the critical path without changing one bit.
 
-Core (no pipeline, CLI or integration imports here):
-- `prenoise.draws`: `Draw`, `Stream`, `NoisePlan`, `run_draw`/`run_stream`/`run_plan`,
-  `fill_normal_` — exact, declarative CPU normal draws.
-- `prenoise.executor`: `PreparationExecutor` — request-owned preparation workers.
-- `prenoise.prediction`: predicted-key checks and mismatch policies.
-- `prenoise.mixing`: `mix_condition`/`mix_conditions` — exact `tau·clean + (1 − tau)·noise`.
-- `prenoise.verify`: `compare` — field-by-field bitwise comparison.
-- `prenoise.rng_guard`: `global_rng_guard` — proof that the global RNG was not touched.
-- `prenoise.budget`: `BudgetExceededError`, `available_memory_bytes` — memory budgets.
-- `prenoise.cancel`: `Cancelled` — cancel points in draws and preparation.
-- `prenoise.kernel`: `randn`, `fill_normal_`, `randn_keep_prefix` — a compiled CPU normal kernel
-  bit-identical to torch (self-checked per process; `PRENOISE_NOISE_BACKEND=torch` forces torch).
-- `prenoise.noise_streams`: named noise streams ("native", "x86", "libm"): one seed, the same
-  noise on x86 and ARM hosts (`randn(..., stream=)`), self-checked against golden digests.
+The core, in layers (each imports only the ones below it; none imports the CLI, the Ref2VA
+reference pipeline, the service or the integrations — `docs/architecture.md`):
+
+- `prenoise.preparation`: what a request draws (`Draw`, `Stream`, `NoisePlan`, `run_*`), the
+  request-owned `PreparationExecutor`, predicted-key checks and exact condition mixing;
+- `prenoise.verify`: `compare` — field-by-field bitwise comparison — and `global_rng_guard`;
+- `prenoise.noise`: how values are made — `randn`/`fill_normal_` bit-identical to torch, a
+  compiled kernel self-checked per process (`PRENOISE_NOISE_BACKEND=torch` forces torch), named
+  streams ("native", "x86", "libm": one seed, the same noise on x86 and ARM hosts), layouts;
+- `prenoise.observe`: spans, metrics and timelines;
+- `prenoise.guards`: memory budgets, cancel points, seeds, sizes, environment variables, extras.
+
+Every public name below is importable from `prenoise` itself.
 """
 
-from prenoise.budget import BudgetExceededError, available_memory_bytes
-from prenoise.cancel import Cancelled
-from prenoise.draws import (
+from prenoise.guards.budget import BudgetExceededError, available_memory_bytes
+from prenoise.guards.cancel import Cancelled
+from prenoise.noise.kernel import backend_status
+from prenoise.noise.layouts import Patchify
+from prenoise.noise.normal import randn
+from prenoise.noise.streams import NoiseStreamError
+from prenoise.observe.tracing import Tracer
+from prenoise.preparation.draws import (
     Draw,
     HalfDrawRule,
     NoisePlan,
@@ -29,15 +33,11 @@ from prenoise.draws import (
     run_plan,
     run_stream,
 )
-from prenoise.executor import PreparationExecutor, PreparationStateError, Prepared
-from prenoise.kernel import backend_status, randn
-from prenoise.layouts import Patchify
-from prenoise.mixing import mix_condition, mix_conditions
-from prenoise.noise_streams import NoiseStreamError
-from prenoise.prediction import MismatchPolicy, PredictionEvent, PredictionMismatchError
-from prenoise.rng_guard import GlobalRNGChangedError, global_rng_guard
-from prenoise.tracing import Tracer
+from prenoise.preparation.executor import PreparationExecutor, PreparationStateError, Prepared
+from prenoise.preparation.mixing import mix_condition, mix_conditions
+from prenoise.preparation.prediction import MismatchPolicy, PredictionEvent, PredictionMismatchError
 from prenoise.verify import ComparisonReport, compare
+from prenoise.verify.rng_guard import GlobalRNGChangedError, global_rng_guard
 
 __version__ = "0.1.0"
 

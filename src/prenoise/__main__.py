@@ -2,6 +2,6 @@
 
 import sys
 
-from prenoise.cli import main
+from prenoise.cli.commands import main
 
 sys.exit(main())

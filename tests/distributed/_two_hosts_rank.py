@@ -2,10 +2,10 @@
 
     torchrun ... _two_hosts_rank.py LOG_DIR verify --recipe R ...
 
-runs `prenoise.cli.main(["verify", "--recipe", R, ...])` (what `torchrun -m prenoise` runs) and
-appends JSON lines to `LOG_DIR/rank<RANK>.jsonl`: the rank's host (`host_ranks`, `local_rank`,
-the device of the `/dev/shm` it sees), every host-shared segment it creates and every stream it
-draws into one. Observation only: the wrapped functions are called unchanged.
+runs `prenoise.cli.commands.main(["verify", "--recipe", R, ...])` (what `torchrun -m prenoise`
+runs) and appends JSON lines to `LOG_DIR/rank<RANK>.jsonl`: the rank's host (`host_ranks`,
+`local_rank`, the device of the `/dev/shm` it sees), every host-shared segment it creates and
+every stream it draws into one. Observation only: the wrapped functions are called unchanged.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from prenoise.cli import main
+from prenoise.cli.commands import main
 from prenoise.distributed import commands, host_noise
 
 

@@ -75,7 +75,7 @@ def test_torchrun_verify_exits_1_when_a_rank_draws_one_wrong_bit(tmp_path: Path)
             f"""
             import os, sys, torch
             from prenoise.distributed import host_noise
-            from prenoise.cli import main
+            from prenoise.cli.commands import main
 
             real = host_noise.draw_into
 

@@ -18,10 +18,10 @@ import pytest
 import torch
 
 from one_rank import OneRankContext
-from prenoise import draws as draws_module
 from prenoise.distributed import host_noise
 from prenoise.distributed.request import resolve_request
 from prenoise.distributed.runner import DistributedRef2VA
+from prenoise.preparation import draws as draws_module
 from prenoise.ref2va.config import ParallelConfig, load_recipe
 from prenoise.ref2va.models import Ref2VAModels
 from prenoise.ref2va.pipeline import Ref2VAPipeline

@@ -17,13 +17,13 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from prenoise.cli import main
+from prenoise.cli.commands import main
 from prenoise.distributed.host_noise import HostSharedNoise, draw_into, plan_jobs
 from prenoise.distributed.status import StatusBoard
-from prenoise.draws import run_stream
+from prenoise.observe.tracing import NULL_TRACER
+from prenoise.preparation.draws import run_stream
 from prenoise.ref2va.geometry import RequestGeometry
-from prenoise.ref2va_noise import condition_streams, draw_condition_noise, initial_noise_streams
-from prenoise.tracing import NULL_TRACER
+from prenoise.ref2va.noise import condition_streams, draw_condition_noise, initial_noise_streams
 
 TINY = Path(__file__).parents[1] / "ref2va" / "tiny-recipe.yaml"
 GEO = RequestGeometry.from_frames(22, 128, 64)

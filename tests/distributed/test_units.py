@@ -32,16 +32,16 @@ from prenoise.distributed.status import (
     RankTimeoutError,
     StatusBoard,
 )
-from prenoise.draws import run_stream
+from prenoise.observe.tracing import NULL_TRACER
+from prenoise.preparation.draws import run_stream
 from prenoise.ref2va.config import RecipeError, load_recipe, recipe_from_dict
 from prenoise.ref2va.geometry import RequestGeometry
-from prenoise.ref2va.transformer import JointTransformer, TransformerConfig
-from prenoise.ref2va_noise import (
+from prenoise.ref2va.noise import (
     condition_streams,
     draw_condition_noise,
     initial_noise_streams,
 )
-from prenoise.tracing import NULL_TRACER
+from prenoise.ref2va.transformer import JointTransformer, TransformerConfig
 from prenoise.verify import tensor_sha256
 
 TINY = Path(__file__).parents[1] / "ref2va" / "tiny-recipe.yaml"

@@ -396,7 +396,7 @@ def both_arms(
     else its first generator.
     """
     from prenoise.integrations.diffusers import overlapped_call_with_report
-    from prenoise.rng_guard import global_rng_guard, snapshot_global_rng
+    from prenoise.verify.rng_guard import global_rng_guard, snapshot_global_rng
 
     plain_gens, overlapped_gens = generators(seeds), generators(seeds)
     gen_arg: Callable[[list[Any]], Any] = (lambda g: g) if as_list else (lambda g: g[0])

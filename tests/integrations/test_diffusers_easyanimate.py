@@ -84,7 +84,7 @@ def test_flow_match_step_draws_in_a_named_stream(stream: str, scheduler: str) ->
         disable(pipe)
     assert report.stream == stream and report.step_served == 4 and report.step_first_ahead
     assert torch.equal(output_tensor(ahead).view(torch.uint8), serial.view(torch.uint8))
-    from prenoise import noise_streams
+    from prenoise.noise import streams as noise_streams
 
     if stream == noise_streams.local_torch_stream():  # x86 on an x86 host: local torch's bits
         native = output_tensor(pipe(generator=generators([34])[0], **kwargs))

@@ -3,7 +3,7 @@
 `LTXImageToVideoPipeline` draws its decode noise with `torch.randn` inline in `__call__`, not
 through `randn_tensor`. With `enable(pipe, stream=...)` it is drawn in the stream too: the
 enabled call equals the original `__call__` run with *every* standard-normal draw in the stream
-(`prenoise.stream_mode.draws_in_stream`), bit for bit, generator states included. In `native`
+(`prenoise.noise.stream_mode.draws_in_stream`), bit for bit, generator states included. In `native`
 nothing is entered and the enabled call equals the plain call.
 """
 
@@ -27,12 +27,12 @@ from diffusers_tiny import (
     output_tensor,
 )
 
-from prenoise import noise_streams
 from prenoise.integrations.diffusers import disable, enable, overlapped_call_with_report, raw_draws
 from prenoise.integrations.diffusers.call import _plain_in_stream
 from prenoise.integrations.diffusers.enabling import original_class
-from prenoise.noise_streams import NoiseStreamError
-from prenoise.stream_mode import draws_in_stream
+from prenoise.noise import streams as noise_streams
+from prenoise.noise.stream_mode import draws_in_stream
+from prenoise.noise.streams import NoiseStreamError
 
 LOCAL_X86 = torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")
 NAME = "ltx_i2v"

@@ -31,9 +31,9 @@ from diffusers_tiny import (
 from test_diffusers_bitwise import PIPELINES
 
 import prenoise.integrations.diffusers.call as call_module
-from prenoise.executor import PreparationExecutor
 from prenoise.integrations.diffusers import disable, enable
 from prenoise.integrations.diffusers.queue import ReplayQueue
+from prenoise.preparation.executor import PreparationExecutor
 
 LOGGER = "prenoise.integrations.diffusers"
 CALLS = 8

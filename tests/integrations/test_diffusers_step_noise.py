@@ -244,7 +244,7 @@ def test_a_perturbed_per_step_draw_is_caught(
 def test_per_step_draws_in_a_named_stream(cogvideox: Any, stream: str, scheduler: str) -> None:
     """In a stream, the prepared per-step draws equal the stream's own draws on the request
     thread (the look-ahead off), per scheduler; x86 on an x86 host also equals local torch."""
-    from prenoise import noise_streams
+    from prenoise.noise import streams as noise_streams
 
     cogvideox.scheduler = _scheduler(scheduler, cogvideox.scheduler)
     kwargs = _kwargs(5, scheduler)

@@ -21,8 +21,6 @@ from diffusers import DiffusionPipeline
 from diffusers.utils.torch_utils import randn_tensor
 
 from bitwise import bitwise_equal, same_state
-from prenoise import noise_streams
-from prenoise.executor import PreparationExecutor
 from prenoise.integrations.diffusers import call as call_module
 from prenoise.integrations.diffusers import plan as plan_module
 from prenoise.integrations.diffusers import queue as queue_module
@@ -31,6 +29,8 @@ from prenoise.integrations.diffusers.patching import _dispatch, active_replay, r
 from prenoise.integrations.diffusers.plan import PlannedDraw, Unpredictable
 from prenoise.integrations.diffusers.queue import ReplayQueue
 from prenoise.integrations.diffusers.streams import StreamTarget
+from prenoise.noise import streams as noise_streams
+from prenoise.preparation.executor import PreparationExecutor
 
 LOGGER = "prenoise.integrations.diffusers"
 DDIM = "diffusers.schedulers.scheduling_ddim"

@@ -17,7 +17,6 @@ import torch
 from diffusers_tiny import assert_bitwise_equal, call_kwargs, generators, output_tensor
 
 import prenoise.integrations.diffusers.call as call_module
-from prenoise.executor import PreparationExecutor
 from prenoise.integrations.diffusers import (
     disable,
     enable,
@@ -26,6 +25,7 @@ from prenoise.integrations.diffusers import (
     overlapped_call,
     overlapped_call_with_report,
 )
+from prenoise.preparation.executor import PreparationExecutor
 
 LOGGER = "prenoise.integrations.diffusers"
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from prenoise.cli import main
-from prenoise.tracing import Category
+from prenoise.cli.commands import main
+from prenoise.observe.tracing import Category
 
 TINY = Path(__file__).with_name("tiny-recipe.yaml")
 METRICS = ("prep_window_s", "noise_critical_s", "noise_worker_s", "overlap_s", "peak_rss_bytes")

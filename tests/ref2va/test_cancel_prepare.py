@@ -10,8 +10,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from prenoise.cancel import Cancelled
-from prenoise.ref2va import ModelConfig, Recipe, Ref2VAModels, make_synthetic_reference, media
+from prenoise.guards.cancel import Cancelled
+from prenoise.ref2va import ModelConfig, Recipe, Ref2VAModels, make_synthetic_reference
+from prenoise.ref2va.media import reading as media
 from prenoise.ref2va.pipeline import Ref2VAPipeline
 
 FRAMES = 96  # a 4 s reference at 24 fps

@@ -8,7 +8,7 @@ from pathlib import Path
 import av
 import pytest
 
-from prenoise.cli import main
+from prenoise.cli.commands import main
 from prenoise.ref2va.media import synthetic_tone, write_wav
 
 TINY = Path(__file__).with_name("tiny-recipe.yaml")

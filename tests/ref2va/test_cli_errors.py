@@ -14,10 +14,10 @@ import pytest
 import torch
 
 from cli_refusals import one_line
-from prenoise.cli import main
+from prenoise.cli.commands import main
+from prenoise.guards.seeds import SEED_MAX
 from prenoise.ref2va import cli_options
 from prenoise.ref2va.config import RecipeError, load_recipe
-from prenoise.seeds import SEED_MAX
 
 TINY = Path(__file__).with_name("tiny-recipe.yaml")
 
@@ -171,8 +171,8 @@ _PAUSED_GENERATE = """
 import sys, time
 from pathlib import Path
 
-import prenoise.ref2va.media as media
-from prenoise.cli import main
+import prenoise.ref2va.media.writing as media
+from prenoise.cli.commands import main
 
 ready = Path(sys.argv[1])
 real_write = media._write_mp4

@@ -17,10 +17,10 @@ import pytest
 from tests.hostile_media import truncated_faststart_mp4
 
 from cli_refusals import one_line
-from prenoise.cli import main
-from prenoise.ref2va import media
+from prenoise.cli.commands import main
 from prenoise.ref2va.config import load_recipe
 from prenoise.ref2va.limits import Limits
+from prenoise.ref2va.media import reading as media
 from prenoise.ref2va.models import Ref2VAModels
 from prenoise.serve.app import _decode_json
 from prenoise.serve.paths import PathRejected, resolve_media_path

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from hostile_media import huge_png, timestamp_jump_mp4
-from prenoise.cli import main
+from prenoise.cli.commands import main
 from prenoise.ref2va import media
 from prenoise.ref2va.conditioning import validate_references
 from prenoise.ref2va.config import ReferenceSpec, load_recipe
@@ -21,6 +21,7 @@ from prenoise.ref2va.media import (
     probe_video,
     read_audio,
     read_image,
+    reading,
     synthetic_frames,
     synthetic_tone,
     write_mp4,
@@ -92,7 +93,7 @@ def test_huge_image_is_refused_from_its_header(
     def no_decoding(*_args: Any, **_kwargs: Any) -> Any:
         raise AssertionError("the image was opened for decoding")
 
-    monkeypatch.setattr(media.av, "open", no_decoding)
+    monkeypatch.setattr(reading.av, "open", no_decoding)
     shown = f"{side}x{side}" if side == 8000 else "more than 178956970 pixels"
     with pytest.raises(MediaError, match=re.escape(shown) + ".*" + _cap("max_frame_pixels", 2**25)):
         validate_references([ReferenceSpec(kind="image", path=path)])

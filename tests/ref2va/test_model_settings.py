@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from cli_refusals import refused
-from prenoise.cli import main
+from prenoise.cli.commands import main
 from prenoise.ref2va.config import SHIFT_MAX, SHIFT_MIN, load_recipe
 from prenoise.ref2va.model_size import model_nbytes
 from prenoise.ref2va.models import Ref2VAModels

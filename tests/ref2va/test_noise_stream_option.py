@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from prenoise.cli import main
-from prenoise.draws import run_stream
-from prenoise.kernel import randn
+from prenoise.cli.commands import main
+from prenoise.noise.normal import randn
+from prenoise.preparation.draws import run_stream
 from prenoise.ref2va.config import RecipeError, load_recipe
-from prenoise.ref2va_noise import initial_noise_streams
+from prenoise.ref2va.noise import initial_noise_streams
 from prenoise.serve.schema import RequestRejected, _overrides, parse_request
 
 TINY = Path(__file__).with_name("tiny-recipe.yaml")

@@ -11,19 +11,19 @@ import av
 import pytest
 import torch
 
-from prenoise.draws import run_stream
-from prenoise.executor import PreparationExecutor
-from prenoise.prediction import MismatchPolicy, PredictionMismatchError
+from prenoise.observe.tracing import Category, Tracer
+from prenoise.preparation.draws import run_stream
+from prenoise.preparation.executor import PreparationExecutor
+from prenoise.preparation.prediction import MismatchPolicy, PredictionMismatchError
 from prenoise.ref2va import ModelConfig, Recipe, Ref2VAModels, make_synthetic_reference
 from prenoise.ref2va import pipeline as pipeline_module
 from prenoise.ref2va.conditioning import ExternalConditioning
 from prenoise.ref2va.media import write_image
+from prenoise.ref2va.noise import draw_condition_noise, initial_noise_streams
 from prenoise.ref2va.pipeline import Ref2VAPipeline
 from prenoise.ref2va.verification import prepared_fields, verify_recipe
-from prenoise.ref2va_noise import draw_condition_noise, initial_noise_streams
-from prenoise.rng_guard import global_rng_guard
-from prenoise.tracing import Category, Tracer
 from prenoise.verify import compare
+from prenoise.verify.rng_guard import global_rng_guard
 
 SEEDS = (0, 42, 2101)
 

@@ -16,13 +16,13 @@ from typing import Any
 import pytest
 import torch
 
-from prenoise import draws as draws_module
-from prenoise.draws import run_stream
+from prenoise.preparation import draws as draws_module
+from prenoise.preparation.draws import run_stream
 from prenoise.ref2va import ModelConfig, Recipe, Ref2VAModels
 from prenoise.ref2va.media import write_image
+from prenoise.ref2va.noise import initial_noise_streams
 from prenoise.ref2va.pipeline import Ref2VAPipeline
 from prenoise.ref2va.verification import prepared_fields
-from prenoise.ref2va_noise import initial_noise_streams
 from prenoise.verify import compare, nest_dotted
 from rng_contention import Handshake, dropout_on_global_rng, encoder_on_global_rng
 

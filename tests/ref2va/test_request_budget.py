@@ -7,14 +7,14 @@ from typing import Any
 
 import pytest
 
-from prenoise.budget import BudgetExceededError
-from prenoise.cli import main
-from prenoise.draws import NoisePlan
+from prenoise.cli.commands import main
+from prenoise.guards.budget import BudgetExceededError
+from prenoise.preparation.draws import NoisePlan
 from prenoise.ref2va import cli_options
 from prenoise.ref2va.conditioning import validate_references
 from prenoise.ref2va.config import load_recipe
+from prenoise.ref2va.noise import condition_streams, initial_noise_streams
 from prenoise.ref2va.request_budget import check_request, estimate_request
-from prenoise.ref2va_noise import condition_streams, initial_noise_streams
 
 TINY = Path(__file__).with_name("tiny-recipe.yaml")
 

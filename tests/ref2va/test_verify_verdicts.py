@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from overlap import OverlapRecorder
-from prenoise.cli import main
+from prenoise.cli.commands import main
 from prenoise.ref2va import ModelConfig, Ref2VAModels
 from prenoise.ref2va import pipeline as pipeline_module
 from prenoise.ref2va.config import load_recipe

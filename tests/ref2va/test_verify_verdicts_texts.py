@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from prenoise.prediction import PredictionEvent
+from prenoise.preparation.prediction import PredictionEvent
 from prenoise.ref2va.pipeline import PreparedOutput
 from prenoise.ref2va.verification import (
     INPUT_FIELDS,

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import uvicorn
 
-from prenoise.cli import main as cli_main
+from prenoise.cli.commands import main as cli_main
 
 POLL_S = 0.01
 

@@ -14,10 +14,11 @@ pytest.importorskip("fastapi")
 
 import uvicorn
 
-from prenoise import env, kernel
-from prenoise.cli import main
-from prenoise.env import VARIABLES, EnvVarError, check_environment
+from prenoise.cli.commands import main
+from prenoise.guards import env
+from prenoise.guards.env import VARIABLES, EnvVarError, check_environment
 from prenoise.integrations.vllm_omni import settings as plugin_settings
+from prenoise.noise import kernel
 
 SRC = Path(env.__file__).parent
 BAD = {variable.name: "maybe" for variable in VARIABLES} | {"PRENOISE_SHM_DIR": "/no/such/dir"}

@@ -12,9 +12,9 @@ pytest.importorskip("fastapi")
 
 from serve_helpers import StartServer, files_under, submit, wait_for
 
+from prenoise.observe.tracing import NULL_TRACER, Tracer
 from prenoise.ref2va.config import Recipe
 from prenoise.ref2va.pipeline import PreparedOutput, Ref2VAPipeline
-from prenoise.tracing import NULL_TRACER, Tracer
 
 
 class FlakyPipeline(Ref2VAPipeline):

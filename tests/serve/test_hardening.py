@@ -16,10 +16,10 @@ pytest.importorskip("fastapi")
 from serve_helpers import ServerThread, StartServer, files_under, submit, wait_for
 
 from hostile_media import huge_png, timestamp_jump_mp4
-from prenoise.ref2va import media
 from prenoise.ref2va.config import Recipe
 from prenoise.ref2va.limits import Limits
 from prenoise.ref2va.media import make_synthetic_reference
+from prenoise.ref2va.media import reading as media
 from prenoise.serve import ServeLimits
 
 JSON = {"content-type": "application/json"}

@@ -17,7 +17,7 @@ pytest.importorskip("fastapi")
 
 from serve_helpers import ServerThread, files_under, submit, wait_for
 
-from prenoise.cli import build_parser
+from prenoise.cli.commands import build_parser
 from prenoise.serve.metrics import kernel_backend
 
 

@@ -20,13 +20,13 @@ pytest.importorskip("prometheus_client")  # the scheduler's metrics (the `serve`
 
 import torch
 
-from prenoise import draws as draws_module
+from prenoise.observe.tracing import NULL_TRACER, Tracer
+from prenoise.preparation import draws as draws_module
 from prenoise.ref2va.config import Recipe
 from prenoise.ref2va.pipeline import PreparedOutput, Ref2VAPipeline
 from prenoise.serve.jobs import TERMINAL, Job, JobState, JobStore
 from prenoise.serve.metrics import ServeMetrics, kernel_backend
 from prenoise.serve.scheduler import Scheduler
-from prenoise.tracing import NULL_TRACER, Tracer
 from rng_contention import Handshake, dropout_on_global_rng
 
 GLOBAL_SEED = 4321

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from prenoise.cli import main
+from prenoise.cli.commands import main
 from prenoise.integrations.vllm_omni import request as request_module
 from prenoise.integrations.vllm_omni.request import observe_draws
 from prenoise.integrations.vllm_omni.settings import ENABLE_ENV, NEXT_OUTPUT_ENV

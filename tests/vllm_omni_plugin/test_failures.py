@@ -14,7 +14,7 @@ from prenoise.integrations.vllm_omni.request import observe_draws
 from prenoise.integrations.vllm_omni.settings import MISMATCH_ENV
 from prenoise.integrations.vllm_omni.standins import StandInHooks
 from prenoise.integrations.vllm_omni.verification import H3Request, run_arm, run_forward
-from prenoise.prediction import PredictionMismatchError
+from prenoise.preparation.prediction import PredictionMismatchError
 from prenoise.verify import compare, nest_dotted
 
 WORKER = "prenoise-vllm-omni"

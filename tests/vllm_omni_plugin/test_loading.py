@@ -12,7 +12,7 @@ import pytest
 from prenoise.integrations.vllm_omni import plugin
 from prenoise.integrations.vllm_omni.request import RequestPreparation
 from prenoise.integrations.vllm_omni.settings import ENABLE_ENV, MISMATCH_ENV, PluginSettings
-from prenoise.prediction import MismatchPolicy
+from prenoise.preparation.prediction import MismatchPolicy
 
 
 def upstream() -> Any:

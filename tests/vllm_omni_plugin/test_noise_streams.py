@@ -25,8 +25,7 @@ import pytest
 import torch
 
 from cli_refusals import refused
-from prenoise import noise_streams
-from prenoise.cli import main
+from prenoise.cli.commands import main
 from prenoise.integrations.vllm_omni import plugin, streams
 from prenoise.integrations.vllm_omni.settings import NOISE_STREAM_ENV
 from prenoise.integrations.vllm_omni.verification import (
@@ -36,8 +35,9 @@ from prenoise.integrations.vllm_omni.verification import (
     run_arm,
     verify_request,
 )
-from prenoise.noise_streams import NoiseStreamError
-from prenoise.stream_mode import draws_in_stream
+from prenoise.noise import streams as noise_streams
+from prenoise.noise.stream_mode import draws_in_stream
+from prenoise.noise.streams import NoiseStreamError
 
 WORKER = "prenoise-vllm-omni"
 # the first output's noise is prepared ahead, the second's drawn serially by upstream's code

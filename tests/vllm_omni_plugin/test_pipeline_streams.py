@@ -28,13 +28,13 @@ import pipeline_standins as standins
 import pytest
 import torch
 
-from prenoise import noise_streams
 from prenoise.integrations.vllm_omni import pipelines, wan_ahead
 from prenoise.integrations.vllm_omni.pipeline_targets import DRAW, ENTRY, TARGETS, StreamTarget
 from prenoise.integrations.vllm_omni.settings import MISMATCH_ENV, NOISE_STREAM_ENV
-from prenoise.noise_streams import NoiseStreamError
-from prenoise.prediction import PredictionMismatchError
-from prenoise.stream_mode import draws_in_stream
+from prenoise.noise import streams as noise_streams
+from prenoise.noise.stream_mode import draws_in_stream
+from prenoise.noise.streams import NoiseStreamError
+from prenoise.preparation.prediction import PredictionMismatchError
 
 REPO = Path(__file__).resolve().parents[2]
 PIPELINE_OF = {t.key: t.pipeline for t in TARGETS}

@@ -29,7 +29,7 @@ from bitwise import bitwise_equal
 from prenoise.integrations.vllm_omni import plugin, request
 from prenoise.integrations.vllm_omni.request import ConditionKey, InitialNoiseKey
 from prenoise.integrations.vllm_omni.settings import PluginSettings, SettingsError
-from prenoise.prediction import MismatchPolicy
+from prenoise.preparation.prediction import MismatchPolicy
 
 LOGGER = "prenoise.vllm_omni"
 # The variable names, spelled out (not the module's constants) so a changed name fails a test.

@@ -18,7 +18,6 @@ import numpy as np
 import pytest
 import torch
 
-from prenoise.executor import PreparationStateError
 from prenoise.integrations.vllm_omni import plugin, request
 from prenoise.integrations.vllm_omni.request import (
     ConditionKey,
@@ -29,9 +28,10 @@ from prenoise.integrations.vllm_omni.request import (
     observe_draws,
 )
 from prenoise.integrations.vllm_omni.settings import PluginSettings
-from prenoise.mixing import mix_conditions
-from prenoise.prediction import MismatchPolicy, PredictionMismatchError
-from prenoise.ref2va_noise import condition_streams
+from prenoise.preparation.executor import PreparationStateError
+from prenoise.preparation.mixing import mix_conditions
+from prenoise.preparation.prediction import MismatchPolicy, PredictionMismatchError
+from prenoise.ref2va.noise import condition_streams
 
 SEED = 7
 # a 64x96 canvas: latents 4x6; one 64x32 image reference: condition latents (1, 4, 2)

@@ -29,7 +29,7 @@ from prenoise.integrations.vllm_omni.pipeline_targets import (
     TARGETS,
 )
 from prenoise.integrations.vllm_omni.settings import NOISE_STREAM_ENV
-from prenoise.noise_streams import NoiseStreamError
+from prenoise.noise.streams import NoiseStreamError
 
 RUNNER_MODULE = "vllm_omni.diffusion.worker.diffusion_model_runner"
 

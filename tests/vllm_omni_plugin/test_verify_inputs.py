@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from prenoise.cli import main
+from prenoise.cli.commands import main
 from prenoise.integrations.vllm_omni import verification
 from prenoise.integrations.vllm_omni.preflight import VerifyInputError, reference_kind
 from prenoise.integrations.vllm_omni.settings import ENABLE_ENV, MISMATCH_ENV, NEXT_OUTPUT_ENV
@@ -117,7 +117,7 @@ def test_bad_request_is_refused_before_running(
 @pytest.mark.parametrize(
     ("name", "value", "message"),
     [
-        # every command checks the PRENOISE_* variables at start-up (prenoise.env)
+        # every command checks the PRENOISE_* variables at start-up (prenoise.guards.env)
         (ENABLE_ENV, "maybe", "PRENOISE_VLLM_OMNI='maybe' is not a known value (accepted: 0, 1"),
         (MISMATCH_ENV, "never", "PRENOISE_VLLM_OMNI_ON_MISMATCH='never' is not a known value"),
         (NEXT_OUTPUT_ENV, "yes", "PRENOISE_VLLM_OMNI_PREPARE_NEXT_OUTPUT='yes' is not a known"),

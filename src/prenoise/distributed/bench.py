@@ -21,10 +21,10 @@ import torch.distributed as dist
 
 from prenoise.distributed.request import ResolvedRequest
 from prenoise.distributed.runner import DistributedPrepared, DistributedRef2VA
-from prenoise.metrics import peak_rss_bytes, reset_peak_rss
+from prenoise.observe.metrics import peak_rss_bytes, reset_peak_rss
+from prenoise.observe.tracing import Category, Tracer
 from prenoise.ref2va.bench import machine_info
 from prenoise.ref2va.pipeline import Arm
-from prenoise.tracing import Category, Tracer
 
 __all__ = ["MODES", "RankSample", "pss_bytes", "run_distributed_bench"]
 

@@ -1,4 +1,4 @@
-"""`prenoise generate|verify|bench` under `torchrun` (called by `prenoise.cli` when
+"""`prenoise generate|verify|bench` under `torchrun` (called by `prenoise.cli.commands` when
 `WORLD_SIZE` > 1). Rank 0 prints the tables and writes the files; every rank prints its errors.
 
 Exit status: 0 success, 1 a failed check or a failed rank, 2 a user error (as the plain CLI).
@@ -15,7 +15,6 @@ from types import FrameType
 from rich.console import Console
 from rich.table import Table
 
-from prenoise.cli_args import check_request_outputs
 from prenoise.distributed.bench import run_distributed_bench
 from prenoise.distributed.group import DistContext, env_world_size, init_distributed, shutdown
 from prenoise.distributed.request import ResolvedRequest, broadcast_request
@@ -23,7 +22,7 @@ from prenoise.distributed.runner import DistributedRef2VA
 from prenoise.distributed.shm import sweep_stale_segments
 from prenoise.distributed.status import DistributedPreparationError
 from prenoise.distributed.verification import verify_distributed
-from prenoise.ref2va.cli_options import recipe_from_args
+from prenoise.ref2va.cli_options import check_request_outputs, recipe_from_args
 from prenoise.ref2va.config import ParallelConfig, Recipe, RecipeError
 from prenoise.ref2va.models import Ref2VAModels
 

@@ -24,7 +24,6 @@ from pathlib import Path
 
 import torch
 
-from prenoise import kernel, noise_streams
 from prenoise.distributed.shm import (
     SharedSegment,
     create_segment,
@@ -33,11 +32,13 @@ from prenoise.distributed.shm import (
     unlink_segment,
 )
 from prenoise.distributed.status import RankFailedError, StatusBoard
-from prenoise.draws import Stream, fill_normal_, run_stream
-from prenoise.layouts import Patchify
+from prenoise.noise import kernel
+from prenoise.noise import streams as noise_streams
+from prenoise.noise.layouts import Patchify
+from prenoise.observe.tracing import NULL_TRACER, Category, Tracer
+from prenoise.preparation.draws import Stream, fill_normal_, run_stream
 from prenoise.ref2va.geometry import RequestGeometry
-from prenoise.ref2va_noise import NoiseFields, condition_streams, initial_noise_streams
-from prenoise.tracing import NULL_TRACER, Category, Tracer
+from prenoise.ref2va.noise import NoiseFields, condition_streams, initial_noise_streams
 
 __all__ = ["HostSharedNoise", "StreamJob", "assign_streams", "draw_into", "plan_jobs"]
 

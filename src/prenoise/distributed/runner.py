@@ -32,6 +32,7 @@ from prenoise.distributed.sequence_parallel import (
 )
 from prenoise.distributed.status import StatusBoard
 from prenoise.distributed.tensor_parallel import TensorParallelTextEncoder, shard_text_encoder
+from prenoise.observe.tracing import NULL_TRACER, Category, Tracer
 from prenoise.ref2va.config import ParallelConfig, Recipe
 from prenoise.ref2va.models import Ref2VAModels
 from prenoise.ref2va.pipeline import (
@@ -42,7 +43,6 @@ from prenoise.ref2va.pipeline import (
     stage_seconds,
 )
 from prenoise.ref2va.sampler import FlowEulerSampler, StepCallback
-from prenoise.tracing import NULL_TRACER, Category, Tracer
 
 __all__ = ["DistributedPrepared", "DistributedRef2VA"]
 

@@ -27,8 +27,8 @@ from prenoise.distributed.tensor_parallel import TP_TOLERANCE
 from prenoise.ref2va.pipeline import Arm, PreparedOutput, Ref2VAPipeline
 from prenoise.ref2va.text_encoder import TextEncoder
 from prenoise.ref2va.verification import prepared_fields
-from prenoise.rng_guard import snapshot_global_rng
 from prenoise.verify import tensor_sha256
+from prenoise.verify.rng_guard import snapshot_global_rng
 
 __all__ = [
     "DistributedVerifyResult",

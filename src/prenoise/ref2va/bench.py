@@ -3,8 +3,8 @@
 Models are loaded once. After `warmup` requests, `pairs` pairs run with the order inside each pair
 alternating (serial→overlapped, then overlapped→serial, …), so drift on a noisy machine cannot
 favour one arm. Each request records spans on every thread; metrics come from
-`prenoise.metrics.derive_metrics`, and per-pair deltas (overlapped − serial) are reported next to
-the medians.
+`prenoise.observe.metrics.derive_metrics`, and per-pair deltas (overlapped − serial) are reported
+next to the medians.
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ from typing import Any
 
 import torch
 
-from prenoise.metrics import RequestMetrics, derive_metrics, peak_rss_bytes, reset_peak_rss
+from prenoise.observe.metrics import RequestMetrics, derive_metrics, peak_rss_bytes, reset_peak_rss
+from prenoise.observe.tracing import Span, Tracer, chrome_trace
 from prenoise.ref2va.config import Recipe
 from prenoise.ref2va.pipeline import Arm, Ref2VAPipeline
-from prenoise.tracing import Span, Tracer, chrome_trace
 
 __all__ = ["BenchConfig", "BenchResult", "RequestRun", "run_bench", "summarize"]
 

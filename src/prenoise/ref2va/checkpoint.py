@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from prenoise.documents import DocumentError, load_json
+from prenoise.guards.documents import DocumentError, load_json
 
 CONFIG_FILE = "config.json"
 """Name of the config file inside a checkpoint directory."""

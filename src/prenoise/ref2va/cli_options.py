@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from prenoise.guards.usage import check_output_dir, check_output_file, check_outputs_are_not_inputs
 from prenoise.ref2va.config import Recipe, load_recipe, recipe_from_dict
 from prenoise.ref2va.limits import add_limit_arguments, limit_overrides
 
@@ -14,6 +15,8 @@ if TYPE_CHECKING:  # the models need the `ref2va` extra; `--help` must not
 
 __all__ = [
     "add_request_arguments",
+    "check_request_outputs",
+    "generate_out_path",
     "load_models",
     "recipe_from_args",
     "reference_kind",
@@ -113,3 +116,31 @@ def load_models(recipe: Recipe) -> Ref2VAModels:
     if recipe.checkpoint is not None:
         return Ref2VAModels.from_checkpoint(recipe.checkpoint, recipe.model, device=recipe.device)
     return Ref2VAModels.default(recipe.model, device=recipe.device)
+
+
+def generate_out_path(args: argparse.Namespace, recipe: Recipe) -> Path:
+    """The first output MP4 of `prenoise generate`: `--out`, else `OUTPUT_DIR/NAME.mp4`."""
+    return Path(args.out) if args.out else recipe.output_dir / f"{recipe.name}.mp4"
+
+
+def check_request_outputs(args: argparse.Namespace, recipe: Recipe) -> None:
+    """Check every path a `generate`/`verify`/`bench` run will write (one process or torchrun):
+    each output MP4 of `generate`, `--json` and `--trace-dir`. No output may be one of the
+    run's inputs (the recipe, a reference, a checkpoint file) or another output."""
+    from prenoise.ref2va.pipeline import output_path
+
+    outputs: list[tuple[str, Path]] = []
+    if args.command == "generate":
+        out = generate_out_path(args, recipe)
+        option = "--out" if args.out else "output_dir"
+        for index in range(recipe.outputs):
+            outputs.append((option, check_output_file(output_path(out, index), option)))
+    if getattr(args, "json", None):
+        outputs.append(("--json", check_output_file(args.json, "--json")))
+    if getattr(args, "trace_dir", None):
+        check_output_dir(args.trace_dir, "--trace-dir")
+    inputs = [("--recipe", Path(args.recipe))] if getattr(args, "recipe", None) else []
+    inputs += [("reference", Path(spec.path)) for spec in recipe.references]
+    if recipe.checkpoint is not None and Path(recipe.checkpoint).is_dir():
+        inputs += [("checkpoint", p) for p in sorted(Path(recipe.checkpoint).iterdir())]
+    check_outputs_are_not_inputs(outputs, inputs)

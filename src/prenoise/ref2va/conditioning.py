@@ -12,22 +12,21 @@ from dataclasses import dataclass, field
 
 import torch
 
-from prenoise.cancel import CancelEvent
+from prenoise.guards.cancel import CancelEvent
+from prenoise.observe.tracing import NULL_TRACER, Category, Tracer
 from prenoise.ref2va.audio_vae import latents_to_rows
 from prenoise.ref2va.config import Recipe, ReferenceSpec
-from prenoise.ref2va.decode_guard import DecodeGuard
 from prenoise.ref2va.geometry import FPS, patchify
 from prenoise.ref2va.limits import Limits, describe_cap
 from prenoise.ref2va.media import (
     MediaError,
     VideoInfo,
-    probe_audio,
+    check_audio_header,
     probe_video,
     read_image,
 )
 from prenoise.ref2va.models import Ref2VAModels
 from prenoise.ref2va.references import encode_reference, ensure_reference, reference_frame_count
-from prenoise.tracing import NULL_TRACER, Category, Tracer
 
 __all__ = [
     "Conditioning",
@@ -114,10 +113,7 @@ def validate_references(
         elif spec.kind == "image":
             read_image(path, limits=limits)
         else:
-            seconds = probe_audio(path)
-            if spec.max_seconds is not None:
-                seconds = min(seconds, spec.max_seconds)
-            DecodeGuard(path, limits).check_audio_seconds(seconds)
+            check_audio_header(path, limits, spec.max_seconds)
         headers.append(header)
     return headers
 

@@ -16,17 +16,17 @@ from pydantic import (
     model_validator,
 )
 
-from prenoise.devices import check_device
-from prenoise.documents import DocumentError, load_yaml
-from prenoise.noise_streams import NoiseStreamError, stream_status
-from prenoise.path_checks import check_path
+from prenoise.guards.devices import check_device
+from prenoise.guards.documents import DocumentError, load_yaml
+from prenoise.guards.path_checks import check_path
+from prenoise.guards.seeds import check_seed_range
+from prenoise.noise.streams import NoiseStreamError, stream_status
 from prenoise.ref2va import geometry
 from prenoise.ref2va.audio_vae import AudioVAEConfig
 from prenoise.ref2va.limits import Limits
 from prenoise.ref2va.text_encoder import TextEncoderConfig
 from prenoise.ref2va.transformer import TransformerConfig
 from prenoise.ref2va.video_vae import VideoVAEConfig
-from prenoise.seeds import check_seed_range
 
 DEFAULT_FRAMES = 124
 """Default Ref2VA length in frames when a recipe gives neither duration nor frames."""
@@ -110,7 +110,7 @@ MAX_NAME_SUFFIX = 9999
 class Recipe(BaseModel):
     """One Ref2VA request: prompt, references, length, size, seed, sampling and outputs.
 
-    ``noise_stream`` picks the arithmetic of the noise (``prenoise.noise_streams``): "native"
+    ``noise_stream`` picks the arithmetic of the noise (``prenoise.noise.streams``): "native"
     (default, local torch's), or the opt-in cross-machine streams "x86" and "libm", which give
     the same noise for a seed on x86 and ARM hosts but differ from local torch on one of them."""
 

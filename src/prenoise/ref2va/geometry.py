@@ -8,7 +8,7 @@ from fractions import Fraction
 
 import torch
 
-from prenoise.layouts import Patchify
+from prenoise.noise.layouts import Patchify
 
 FPS = 24
 """Frames per second of every Ref2VA video."""

@@ -21,28 +21,28 @@ from typing import Literal
 
 import torch
 
-from prenoise.cancel import CancelEvent
-from prenoise.draws import run_stream
-from prenoise.executor import PreparationExecutor
-from prenoise.mixing import mix_conditions
-from prenoise.prediction import MismatchPolicy, PredictionEvent
+from prenoise.guards.cancel import CancelEvent
+from prenoise.observe.tracing import NULL_TRACER, Category, Tracer
+from prenoise.preparation.draws import run_stream
+from prenoise.preparation.executor import PreparationExecutor
+from prenoise.preparation.mixing import mix_conditions
+from prenoise.preparation.prediction import MismatchPolicy, PredictionEvent
 from prenoise.ref2va.audio_vae import latents_from_rows
 from prenoise.ref2va.conditioning import Conditioning, ExternalConditioning, encode_conditioning
 from prenoise.ref2va.config import Recipe
 from prenoise.ref2va.geometry import RequestGeometry, unpatchify
 from prenoise.ref2va.media import VideoInfo, write_mp4
 from prenoise.ref2va.models import Ref2VAModels
-from prenoise.ref2va.references import predict_reference_shape
-from prenoise.ref2va.request_budget import check_request
-from prenoise.ref2va.sampler import FlowEulerSampler, StepCallback
-from prenoise.ref2va.transformer import VelocityFn
-from prenoise.ref2va_noise import (
+from prenoise.ref2va.noise import (
     NoiseFields,
     condition_streams,
     draw_condition_noise,
     initial_noise_streams,
 )
-from prenoise.tracing import NULL_TRACER, Category, Tracer
+from prenoise.ref2va.references import predict_reference_shape
+from prenoise.ref2va.request_budget import check_request
+from prenoise.ref2va.sampler import FlowEulerSampler, StepCallback
+from prenoise.ref2va.transformer import VelocityFn
 
 __all__ = [
     "Arm",

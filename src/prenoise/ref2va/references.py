@@ -8,14 +8,14 @@ from pathlib import Path
 
 import torch
 
-from prenoise.cancel import CancelEvent
+from prenoise.guards.cancel import CancelEvent
+from prenoise.observe.tracing import NULL_TRACER, Category, Tracer
 from prenoise.ref2va import media
 from prenoise.ref2va.audio_vae import AudioVAE
 from prenoise.ref2va.config import ReferenceSpec
 from prenoise.ref2va.geometry import FPS
 from prenoise.ref2va.limits import Limits
 from prenoise.ref2va.video_vae import VideoVAE
-from prenoise.tracing import NULL_TRACER, Category, Tracer
 
 
 @dataclass(frozen=True)

@@ -19,8 +19,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from prenoise.budget import format_bytes, require_fits
-from prenoise.draws import NoisePlan
+from prenoise.guards.budget import format_bytes, require_fits
+from prenoise.preparation.draws import NoisePlan
 from prenoise.ref2va.conditioning import validate_references
 from prenoise.ref2va.config import Recipe, ReferenceSpec
 from prenoise.ref2va.geometry import (
@@ -32,9 +32,9 @@ from prenoise.ref2va.geometry import (
 )
 from prenoise.ref2va.media import VideoInfo
 from prenoise.ref2va.model_size import model_nbytes
+from prenoise.ref2va.noise import condition_streams, initial_noise_streams
 from prenoise.ref2va.references import reference_frame_count, truncated_frames
 from prenoise.ref2va.video_processor import VideoProcessor
-from prenoise.ref2va_noise import condition_streams, initial_noise_streams
 
 __all__ = ["RequestCheck", "RequestEstimate", "check_request", "estimate_request"]
 

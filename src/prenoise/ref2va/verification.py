@@ -9,8 +9,8 @@ import torch
 
 from prenoise.ref2va.config import Recipe
 from prenoise.ref2va.pipeline import PreparedOutput, Ref2VAPipeline
-from prenoise.rng_guard import snapshot_global_rng
 from prenoise.verify import FieldReport, TensorInfo, compare, nest_dotted
+from prenoise.verify.rng_guard import snapshot_global_rng
 
 __all__ = ["VerifyResult", "prepared_fields", "verify_recipe"]
 

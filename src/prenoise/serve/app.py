@@ -41,7 +41,7 @@ from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from prenoise.documents import DocumentError, load_json
+from prenoise.guards.documents import DocumentError, load_json
 from prenoise.ref2va.pipeline import Ref2VAPipeline
 from prenoise.serve import content
 from prenoise.serve.admission import Refused

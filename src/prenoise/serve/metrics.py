@@ -29,7 +29,7 @@ OUTCOMES = ("done", "failed", "cancelled", "rejected", "error")
 
 @dataclass(frozen=True)
 class KernelBackend:
-    """The noise kernel backend as reported by `prenoise.kernel.backend_status` (or torch)."""
+    """The noise kernel backend as reported by `prenoise.noise.kernel.backend_status` (or torch)."""
 
     name: str
     active: bool
@@ -37,11 +37,11 @@ class KernelBackend:
 
 
 def kernel_backend() -> KernelBackend:
-    """`prenoise.kernel.backend_status()` when that module exists, else torch (inactive)."""
+    """`prenoise.noise.kernel.backend_status()` when that module exists, else torch (inactive)."""
     try:
-        from prenoise.kernel import backend_status
+        from prenoise.noise.kernel import backend_status
     except ImportError as exc:
-        return KernelBackend("torch", False, f"prenoise.kernel unavailable: {exc}")
+        return KernelBackend("torch", False, f"prenoise.noise.kernel unavailable: {exc}")
     try:
         status = backend_status()
     except Exception as exc:  # a broken kernel must not stop the service

@@ -13,7 +13,7 @@ import os
 import re
 from pathlib import Path, PurePosixPath
 
-from prenoise.path_checks import not_a_file, path_problem
+from prenoise.guards.path_checks import not_a_file, path_problem
 
 __all__ = ["PathRejected", "resolve_media_path", "safe_upload_name"]
 

@@ -16,13 +16,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from prenoise.metrics import RequestMetrics, derive_metrics
-from prenoise.prediction import PredictionEvent
+from prenoise.observe.metrics import RequestMetrics, derive_metrics
+from prenoise.observe.tracing import Tracer
+from prenoise.preparation.prediction import PredictionEvent
 from prenoise.ref2va.conditioning import Conditioning
 from prenoise.ref2va.pipeline import PreparedOutput, Ref2VAPipeline, output_path
 from prenoise.ref2va.sampler import SamplingCancelled, StepInfo
 from prenoise.serve.jobs import Job, JobState, JobStore
-from prenoise.tracing import Tracer
 
 __all__ = ["JobCancelled", "PreparedJob", "prepare_job", "run_outputs"]
 
@@ -45,7 +45,7 @@ class PreparedJob:
 def prepare_job(pipeline: Ref2VAPipeline, job: Job) -> PreparedJob:
     """Encode the references and draw output 0's noise on the calling thread.
 
-    Stops at the next cancel point (`prenoise.cancel.Cancelled`) once the job is cancelled.
+    Stops at the next cancel point (`prenoise.guards.cancel.Cancelled`) once the job is cancelled.
     """
     tracer = Tracer()
     start = time.perf_counter()

@@ -25,7 +25,7 @@ from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
-from prenoise.cancel import Cancelled
+from prenoise.guards.cancel import Cancelled
 from prenoise.ref2va.pipeline import Ref2VAPipeline
 from prenoise.ref2va.sampler import SamplingCancelled
 from prenoise.serve.jobs import (

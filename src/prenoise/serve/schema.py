@@ -19,14 +19,14 @@ from typing import Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from prenoise.budget import BudgetExceededError
+from prenoise.guards.budget import BudgetExceededError
+from prenoise.guards.seeds import SEED_MAX, SEED_MIN
 from prenoise.ref2va.cli_options import reference_kind
 from prenoise.ref2va.conditioning import validate_references
 from prenoise.ref2va.config import Recipe, ReferenceSpec
 from prenoise.ref2va.limits import Limits
 from prenoise.ref2va.media import MediaError
 from prenoise.ref2va.request_budget import check_request
-from prenoise.seeds import SEED_MAX, SEED_MIN
 from prenoise.serve.paths import PathRejected, resolve_media_path
 
 __all__ = [

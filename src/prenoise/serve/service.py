@@ -7,7 +7,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from prenoise.env import check_environment
+from prenoise.guards.env import check_environment
 from prenoise.ref2va.cli_options import load_models
 from prenoise.ref2va.conditioning import validate_references
 from prenoise.ref2va.config import Recipe

@@ -16,8 +16,8 @@ from typing import Any
 
 import torch
 
-from prenoise.budget import format_bytes, require_fits
-from prenoise.path_checks import not_a_file, path_problem
+from prenoise.guards.budget import format_bytes, require_fits
+from prenoise.guards.path_checks import not_a_file, path_problem
 from prenoise.verify.reports import UncomparableError
 
 __all__ = ["declared_nbytes", "load_saved", "require_inputs_fit"]
@@ -74,7 +74,7 @@ def declared_nbytes(path: str | os.PathLike[str]) -> int:
 def require_inputs_fit(paths: Sequence[str | os.PathLike[str]], budget: int | None = None) -> None:
     """Refuse, before loading, files whose declared contents together exceed `budget` bytes.
 
-    `budget` None: the memory available now (`prenoise.budget`). Raises
+    `budget` None: the memory available now (`prenoise.guards.budget`). Raises
     `BudgetExceededError` (one line naming each file's size) or :class:`UncomparableError`.
     """
     sizes = [(str(p), declared_nbytes(p)) for p in paths]

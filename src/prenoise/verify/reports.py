@@ -9,21 +9,9 @@ from typing import Any
 
 import torch
 
+from prenoise.verify.bits import UncomparableError, base_attribute, plain, tensor_sha256
+
 __all__ = ["ComparisonReport", "FieldReport", "TensorInfo", "UncomparableError"]
-
-
-class UncomparableError(ValueError):
-    """The inputs cannot be compared faithfully; `path` is the report label where it was found.
-
-    Raised for unsupported value types (numpy arrays, sets, arbitrary objects, subclasses of
-    plain values), reference cycles, unsupported or indistinguishable mapping keys, and (by
-    `load_saved`) unreadable files.
-    """
-
-    def __init__(self, path: str, message: str) -> None:
-        super().__init__(f"{path}: {message}")
-        self.path = path
-        self.message = message
 
 
 @dataclass(frozen=True)
@@ -41,8 +29,6 @@ class TensorInfo:
 
     @classmethod
     def of(cls, t: torch.Tensor) -> TensorInfo:
-        from prenoise.verify.tensors import _base, plain, tensor_sha256
-
         p = plain(t)
         strided = p.layout == torch.strided
         return cls(
@@ -52,7 +38,7 @@ class TensorInfo:
             layout=str(p.layout),
             stride=list(p.stride()) if strided else [],
             storage_offset=int(p.storage_offset()) if strided else 0,
-            requires_grad=bool(_base(t, "requires_grad")),
+            requires_grad=bool(base_attribute(t, "requires_grad")),
             sha256=tensor_sha256(p),
         )
 

@@ -25,8 +25,6 @@ from typing import Any
 
 import torch
 
-from prenoise.executor import PreparationExecutor
-from prenoise.integrations.diffusers.enabling import check_pipeline, original_class
 from prenoise.integrations.diffusers.patching import (
     PATCHED_NAME,
     active_replay,
@@ -34,6 +32,7 @@ from prenoise.integrations.diffusers.patching import (
     original_randn_tensor,
     replay_context,
 )
+from prenoise.integrations.diffusers.pipeline_class import check_pipeline, original_class
 from prenoise.integrations.diffusers.plan import PlannedDraw, Unpredictable, call_generators
 from prenoise.integrations.diffusers.queue import ReplayQueue
 from prenoise.integrations.diffusers.raw_draws import CallWindow, active_window, call_window
@@ -48,6 +47,7 @@ from prenoise.integrations.diffusers.streams import (
     noise_stream_of,
     stream_randn_tensor,
 )
+from prenoise.preparation.executor import PreparationExecutor
 
 __all__ = ["CallReport", "overlapped_call", "overlapped_call_with_report", "plan_call"]
 

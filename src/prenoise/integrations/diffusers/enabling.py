@@ -16,47 +16,17 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from prenoise.integrations.diffusers.pipeline_class import (
+    ORIGINAL_CLASS_ATTR,
+    check_pipeline,
+    is_enabled,
+    original_class,
+)
+
 __all__ = ["check_pipeline", "disable", "enable", "is_enabled", "original_class"]
 
-_ORIGINAL = "_prenoise_original_class"
 _subclasses: dict[type, type] = {}
 _lock = threading.Lock()
-
-
-def original_class(pipe: Any) -> type:
-    """The pipeline's own class (its class before `enable`)."""
-    cls = type(pipe)
-    original = cls.__dict__.get(_ORIGINAL)
-    return original if isinstance(original, type) else cls
-
-
-def is_enabled(pipe: Any) -> bool:
-    """True if plain calls of `pipe` go through `overlapped_call`."""
-    return original_class(pipe) is not type(pipe)
-
-
-def check_pipeline(pipe: Any, what: str) -> None:
-    """Raise `TypeError` saying what to pass unless `pipe` is a diffusers pipeline instance.
-
-    `what` names the function the user called (e.g. "enable"). Without diffusers installed this
-    raises `prenoise.extras.MissingExtraError` instead.
-    """
-    from prenoise.extras import require
-
-    if isinstance(pipe, type):
-        raise TypeError(
-            f"{what}() takes a pipeline instance, not the class {pipe.__name__}: load one first, "
-            f"e.g. pipe = {pipe.__name__}.from_pretrained(...); {what}(pipe)"
-        )
-    require("diffusers", f"prenoise.integrations.diffusers.{what}()")
-    from diffusers import DiffusionPipeline
-
-    if not isinstance(pipe, DiffusionPipeline):
-        got = "None" if pipe is None else f"a {type(pipe).__module__}.{type(pipe).__qualname__}"
-        raise TypeError(
-            f"{what}() takes a diffusers pipeline instance (a diffusers.DiffusionPipeline, "
-            f"e.g. WanPipeline.from_pretrained(...)), got {got}"
-        )
 
 
 def _rebuild_enabled(rebuild: Callable[..., Any], args: tuple[Any, ...]) -> Any:
@@ -96,7 +66,7 @@ def _overlapped_subclass(cls: type) -> type:
                 **class_overrides(cls),  # opens a stream window after a method (raw_draws.py)
                 "__call__": __call__,
                 "__reduce_ex__": _reduce_ex,
-                _ORIGINAL: cls,
+                ORIGINAL_CLASS_ATTR: cls,
                 "__module__": cls.__module__,
                 "__qualname__": cls.__qualname__,
                 "__doc__": cls.__doc__,
@@ -119,7 +89,7 @@ def enable(
     `pipe`. An enabled pipeline pickles and copies as an enabled pipeline. With
     `stream="native"` (default) outputs are unchanged bit for bit (see `overlapped_call`).
     `stream="x86"` or `"libm"` is an explicit opt-in to a named noise stream
-    (`prenoise.noise_streams`): the pipeline's `randn_tensor` draws (and the raw `torch.randn`
+    (`prenoise.noise.streams`): the pipeline's `randn_tensor` draws (and the raw `torch.randn`
     draws `raw_draws.py` covers) are then what torch draws on an x86 AVX2 / a libm (ARM) host,
     the same on every machine — different from local torch on one of them. The stream is
     self-checked here: `NoiseStreamError` if refused.
@@ -130,9 +100,9 @@ def enable(
     call's either way. `ValueError` for a negative limit.
     """
     check_pipeline(pipe, "enable")
-    from prenoise import noise_streams
     from prenoise.integrations.diffusers.step_noise import LIMITS_ATTR, LookaheadLimits
     from prenoise.integrations.diffusers.streams import STREAM_ATTR
+    from prenoise.noise import streams as noise_streams
 
     limits = LookaheadLimits(steps=steps_ahead, bytes=bytes_ahead)
     noise_streams.check_stream_name(stream)

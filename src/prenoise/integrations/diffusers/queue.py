@@ -32,11 +32,11 @@ from typing import Any
 
 import torch
 
-from prenoise.draws import Draw, HalfDrawRule, run_draw
-from prenoise.executor import PreparationExecutor
 from prenoise.integrations.diffusers.patching import RandnTensor
 from prenoise.integrations.diffusers.plan import PlannedDraw
 from prenoise.integrations.diffusers.step_noise import StepLookahead
+from prenoise.preparation.draws import Draw, HalfDrawRule, run_draw
+from prenoise.preparation.executor import PreparationExecutor
 
 __all__ = ["ReplayQueue"]
 

@@ -2,7 +2,7 @@
 
 With `enable(pipe, stream="x86" | "libm")` every `randn_tensor` draw is made in the stream
 (`streams.py`). A planned pipeline that calls `torch.randn` itself is covered by a *window*: a
-`prenoise.stream_mode` mode entered on the request thread right after the pipeline method that
+`prenoise.noise.stream_mode` mode entered on the request thread right after the pipeline method that
 precedes the draw returns, serving the next `budget` standard-normal draws in the stream and
 passing everything after them through untouched; it is left when the call returns (or raises).
 The mode costs ~2 µs per torch op while entered, so a window opens only where the draw follows,
@@ -49,9 +49,9 @@ from typing import Any
 
 import torch
 
-from prenoise import noise_streams
-from prenoise.noise_streams import NoiseStreamError
-from prenoise.stream_mode import StreamDrawMode
+from prenoise.noise import streams as noise_streams
+from prenoise.noise.stream_mode import StreamDrawMode
+from prenoise.noise.streams import NoiseStreamError
 
 __all__ = ["RawWindow", "active_window", "call_window", "class_overrides", "windows"]
 

@@ -47,8 +47,8 @@ from typing import Any
 
 import torch
 
-from prenoise.draws import Draw, HalfDrawRule, run_draw
-from prenoise.executor import PreparationExecutor
+from prenoise.preparation.draws import Draw, HalfDrawRule, run_draw
+from prenoise.preparation.executor import PreparationExecutor
 
 __all__ = [
     "LIMITS_ATTR",

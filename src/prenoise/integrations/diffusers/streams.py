@@ -2,7 +2,7 @@
 
 With a non-native stream every `randn_tensor` call the pipeline makes during a call — prepared
 on the worker, or drawn on the request thread when the call falls through to the plain path —
-is drawn in that stream (`prenoise.noise_streams`), never silently in local torch's. Of the
+is drawn in that stream (`prenoise.noise.streams`), never silently in local torch's. Of the
 draws a pipeline makes with `torch.randn` itself only those `raw_draws.py` lists are covered (LTX
 image-to-video's decode noise); the README lists the rest. The draws need CPU generators (or
 none: then the default CPU generator), strided layout, and are moved to the requested device
@@ -15,9 +15,9 @@ from typing import Any
 
 import torch
 
-from prenoise import noise_streams
 from prenoise.integrations.diffusers.patching import RandnTensor
-from prenoise.noise_streams import NoiseStreamError
+from prenoise.noise import streams as noise_streams
+from prenoise.noise.streams import NoiseStreamError
 
 __all__ = ["STREAM_ATTR", "StreamTarget", "noise_stream_of", "stream_randn_tensor"]
 

@@ -23,8 +23,8 @@ from prenoise.integrations.vllm_omni import plugin
 from prenoise.integrations.vllm_omni.comparable import ComparableCopy
 from prenoise.integrations.vllm_omni.request import DrawRecord, current_request
 from prenoise.integrations.vllm_omni.settings import PluginSettings
-from prenoise.noise_streams import NATIVE
-from prenoise.stream_mode import draws_in_stream
+from prenoise.noise.stream_mode import draws_in_stream
+from prenoise.noise.streams import NATIVE
 
 __all__ = ["AUDIO_CONDITION", "NOISE_FIELDS", "ArmProbes", "ArmResult", "field_prefix"]
 

@@ -16,10 +16,10 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from prenoise import noise_streams
-from prenoise.cli_args import UsageError, check_output_file
+from prenoise.guards.usage import UsageError, check_output_file
 from prenoise.integrations.vllm_omni.settings import MISMATCH_ENV, NOISE_STREAM_ENV
-from prenoise.prediction import PredictionMismatchError
+from prenoise.noise import streams as noise_streams
+from prenoise.preparation.prediction import PredictionMismatchError
 
 if TYPE_CHECKING:
     from prenoise.integrations.vllm_omni.verification import H3Request, VerifyResult

@@ -15,8 +15,8 @@ Each row was checked against vllm-omni 0.30.0, diffusers 0.40.0 and torchsde 0.2
 * the runner's guard (`RUNNER_GUARD`): the method every request's generator is made in, where a
   named stream refuses a seeded request of a pipeline class not in `COVERED_CLASSES`.
 
-The stream's torch function mode (`prenoise.stream_mode`) is active only while a draw runs, never
-for a denoising loop or a model.
+The stream's torch function mode (`prenoise.noise.stream_mode`) is active only while a draw runs,
+never for a denoising loop or a model.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 and Stable Audio (the hooked names: `pipeline_targets.TARGETS`).
 
 With `PRENOISE_VLLM_OMNI_NOISE_STREAM=x86|libm` every noise draw these pipelines make from a CPU
-generator is drawn in that stream (`prenoise.noise_streams`): bit for bit what upstream draws on
+generator is drawn in that stream (`prenoise.noise.streams`): bit for bit what upstream draws on
 a host whose torch arithmetic is that stream's, the same on x86 and ARM. With `native` (the
 default) each hook calls upstream's function directly. Wan2.2 T2V's initial latents are also
 prepared ahead, in every stream (`wan_ahead`).
@@ -40,7 +40,6 @@ from typing import Any
 
 import torch
 
-from prenoise import noise_streams
 from prenoise.integrations.vllm_omni import wan_ahead
 from prenoise.integrations.vllm_omni.import_hooks import AfterImport
 from prenoise.integrations.vllm_omni.pipeline_targets import (
@@ -54,8 +53,9 @@ from prenoise.integrations.vllm_omni.pipeline_targets import (
     StreamTarget,
 )
 from prenoise.integrations.vllm_omni.settings import PluginSettings, SettingsError
-from prenoise.noise_streams import NoiseStreamError
-from prenoise.stream_mode import StreamDrawMode
+from prenoise.noise import streams as noise_streams
+from prenoise.noise.stream_mode import StreamDrawMode
+from prenoise.noise.streams import NoiseStreamError
 
 __all__ = [
     "PIPELINES",

@@ -39,7 +39,7 @@ from typing import Any
 
 import torch
 
-from prenoise.env import EnvVarError, check_environment
+from prenoise.guards.env import EnvVarError, check_environment
 from prenoise.integrations.vllm_omni.logs import route_to_vllm_logging
 from prenoise.integrations.vllm_omni.pipelines import install_stream_hooks, uninstall_stream_hooks
 from prenoise.integrations.vllm_omni.request import (
@@ -435,7 +435,7 @@ def _describe(settings: PluginSettings | None) -> str:
 def _check_stream(settings: PluginSettings | None) -> None:
     """At install: self-check a named noise stream now (once per process), so a refused one is
     an ERROR line at start-up; every request is then refused too (never drawn natively)."""
-    from prenoise import noise_streams
+    from prenoise.noise import streams as noise_streams
 
     try:
         stream = (settings or PluginSettings.from_env()).noise_stream

@@ -8,7 +8,7 @@ what was prepared — only when the pipeline's actual arguments equal the predic
 otherwise run upstream's serial code unchanged (or raise, with `on_mismatch=raise`).
 
 Bitwise guarantee: the prepared tensors are the draws of the Ref2VA contract
-(`prenoise.ref2va_noise`), identical in values, shape, dtype, device and strides to upstream's
+(`prenoise.ref2va.noise`), identical in values, shape, dtype, device and strides to upstream's
 `torch.randn` + patchify, drawn in the settings' noise stream (`PRENOISE_VLLM_OMNI_NOISE_STREAM`:
 native = local torch; `x86`/`libm`: torch's values on a host of that arithmetic, see
 `streams`); the condition mix is `prenoise.mix_conditions` (two rounded products
@@ -31,13 +31,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from prenoise.cancel import CancelEvent
-from prenoise.draws import run_stream
-from prenoise.executor import PreparationExecutor
+from prenoise.guards.cancel import CancelEvent
 from prenoise.integrations.vllm_omni.settings import PluginSettings
-from prenoise.mixing import mix_conditions
-from prenoise.prediction import PredictionEvent
-from prenoise.ref2va_noise import LatentShape, condition_streams, initial_noise_streams
+from prenoise.preparation.draws import run_stream
+from prenoise.preparation.executor import PreparationExecutor
+from prenoise.preparation.mixing import mix_conditions
+from prenoise.preparation.prediction import PredictionEvent
+from prenoise.ref2va.noise import LatentShape, condition_streams, initial_noise_streams
 
 __all__ = [
     "ConditionKey",

@@ -7,8 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
-from prenoise.noise_streams import STREAMS
-from prenoise.prediction import MismatchPolicy
+from prenoise.noise.streams import STREAMS
+from prenoise.preparation.prediction import MismatchPolicy
 
 __all__ = [
     "ENABLE_ENV",
@@ -30,7 +30,7 @@ NEXT_OUTPUT_ENV = "PRENOISE_VLLM_OMNI_PREPARE_NEXT_OUTPUT"
 NOISE_STREAM_ENV = "PRENOISE_VLLM_OMNI_NOISE_STREAM"
 """`native` (default): every draw is local torch's, bit-identical to upstream; `x86` or `libm`:
 every CPU-generator noise draw of the covered pipelines is drawn in that named stream
-(`prenoise.noise_streams`), the same on x86 and ARM hosts."""
+(`prenoise.noise.streams`), the same on x86 and ARM hosts."""
 
 T = TypeVar("T")
 _BOOLS = {"0": False, "1": True}

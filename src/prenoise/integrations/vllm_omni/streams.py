@@ -1,15 +1,15 @@
 """MiniMax-H3's serial noise draws in the named noise stream of `PRENOISE_VLLM_OMNI_NOISE_STREAM`.
 
 Under `x86` or `libm` every CPU-generator noise draw MiniMax-H3 makes is drawn in that stream
-(`prenoise.noise_streams`): the draws prepared ahead on prenoise's worker
+(`prenoise.noise.streams`): the draws prepared ahead on prenoise's worker
 (`RequestPreparation` passes the stream to the Ref2VA streams it submits) and, through
 `run_serial`, every draw upstream's own code makes on the request thread — the initial
 video/audio noise (`_initial_noise`), the visual-condition noise and the audio-condition noise
 (`seed + 1`) of every output, for any request: ineligible ones, continuation windows, encoder-stage
 conditioning, step execution, outputs after the first. `run_serial` runs upstream's function
 inside a `StreamDrawMode` (the thread-local torch function mode behind
-`prenoise.stream_mode.draws_in_stream`), so only those functions pay its per-op cost, never the
-denoising loop.
+`prenoise.noise.stream_mode.draws_in_stream`), so only those functions pay its per-op cost, never
+the denoising loop.
 
 `native` (the default) enters no mode at all: upstream's function runs exactly as without prenoise.
 A stream this process's self-check refuses raises `NoiseStreamError` (`require_stream`, at the
@@ -27,10 +27,10 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
-from prenoise import noise_streams
 from prenoise.integrations.vllm_omni.request import RequestPreparation, current_request
 from prenoise.integrations.vllm_omni.settings import PluginSettings, SettingsError
-from prenoise.stream_mode import StreamDrawMode
+from prenoise.noise import streams as noise_streams
+from prenoise.noise.stream_mode import StreamDrawMode
 
 __all__ = ["current_stream", "require_stream", "run_serial", "serial_draws_served"]
 

@@ -20,7 +20,7 @@ Fields of output i ≥ 1 are prefixed `output{i}.`.
 
 Noise streams (`PRENOISE_VLLM_OMNI_NOISE_STREAM`, `--noise-stream`): both arms use the setting.
 The plugin-on arm is prenoise with it; the plugin-off arm is upstream's `forward` run whole inside
-`prenoise.stream_mode.draws_in_stream(stream)`, so every CPU-generator normal draw anywhere in
+`prenoise.noise.stream_mode.draws_in_stream(stream)`, so every CPU-generator normal draw anywhere in
 it is drawn in the stream, independently of which functions prenoise wraps. The recomputed
 condition-noise fields are drawn in the same stream. `native`: no mode anywhere.
 
@@ -38,10 +38,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import subprocess
-from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -54,9 +51,7 @@ from prenoise.integrations.vllm_omni.arm_probes import (
     ArmResult,
     field_prefix,
 )
-from prenoise.integrations.vllm_omni.preflight import (
-    reference_kind,
-)
+from prenoise.integrations.vllm_omni.h3_request import H3Request
 from prenoise.integrations.vllm_omni.request import observe_draws
 from prenoise.integrations.vllm_omni.settings import (
     ENABLE_ENV,
@@ -64,10 +59,10 @@ from prenoise.integrations.vllm_omni.settings import (
     SettingsError,
 )
 from prenoise.integrations.vllm_omni.standins import StandInHooks, build_pipeline
-from prenoise.noise_streams import NATIVE
-from prenoise.rng_guard import snapshot_global_rng
-from prenoise.stream_mode import draws_in_stream
+from prenoise.noise.stream_mode import draws_in_stream
+from prenoise.noise.streams import NATIVE
 from prenoise.verify import ComparisonReport, compare, nest_dotted
+from prenoise.verify.rng_guard import snapshot_global_rng
 
 __all__ = [
     "AUDIO_CONDITION",
@@ -79,50 +74,6 @@ __all__ = [
     "run_forward",
     "verify_request",
 ]
-
-
-@dataclass(frozen=True)
-class H3Request:
-    """One Ref2VA request to the H3 pipeline.
-
-    `references` are image, video or audio files, typed by their content
-    (`preflight.reference_kind`), never by their names; upstream conditions on images, then
-    videos, then audio, each kind in the order given here.
-    """
-
-    references: tuple[Path, ...]
-    seed: int = 42
-    duration: float = 4.0
-    width: int = 256
-    height: int = 256
-    outputs: int = 1
-    steps: int = 2
-    prompt: str = "a red fox runs through fresh snow"
-
-    def forward_request(self) -> Any:
-        """The `DiffusionRequestBatch`-like object `forward` reads (one prompt)."""
-        from vllm_omni.inputs.data import OmniDiffusionSamplingParams
-
-        media = multi_modal_data(self.references)
-        sampling = OmniDiffusionSamplingParams(
-            seed=self.seed,
-            num_outputs_per_prompt=self.outputs,
-            num_inference_steps=self.steps,
-            height=self.height,
-            width=self.width,
-            extra_args={"task": "ref2va", "duration": self.duration},
-        )
-        prompt = {"prompt": self.prompt, "multi_modal_data": media}
-        return SimpleNamespace(prompts=[prompt], sampling_params=sampling)
-
-
-def multi_modal_data(references: Sequence[Path]) -> dict[str, Any]:
-    """`multi_modal_data` as upstream's `prepare_encoder_inputs` reads it for Ref2VA: the keys
-    `image`, `video`, `audio`, each one path or a list of them."""
-    grouped: dict[str, list[str]] = {}
-    for path in references:
-        grouped.setdefault(reference_kind(path), []).append(str(path))
-    return {kind: paths if len(paths) > 1 else paths[0] for kind, paths in grouped.items()}
 
 
 def _install_state(plugin_on: bool) -> None:

@@ -38,10 +38,10 @@ from typing import Any
 
 import torch
 
-from prenoise import noise_streams
-from prenoise.executor import PreparationExecutor
 from prenoise.integrations.vllm_omni.settings import PluginSettings
-from prenoise.stream_mode import StreamDrawMode
+from prenoise.noise import streams as noise_streams
+from prenoise.noise.stream_mode import StreamDrawMode
+from prenoise.preparation.executor import PreparationExecutor
 
 __all__ = ["DrawKey", "counts", "run_forward", "take_pending"]
 

@@ -1,0 +1,55 @@
+"""`prenoise doctor`: which noise backend and streams are active here, and the vLLM-Omni plugin."""
+
+from __future__ import annotations
+
+import os
+
+from rich.markup import escape
+from rich.table import Table
+
+__all__ = ["doctor_table"]
+
+
+def doctor_table() -> Table:
+    """The doctor's report: noise backend, torch, noise streams, the vLLM-Omni plugin."""
+    import torch
+
+    from prenoise.noise import kernel
+
+    status = kernel.backend_status()
+    table = Table(title="prenoise doctor", show_header=False)
+    table.add_column("what")
+    table.add_column("status", overflow="fold")  # paths and variables stay whole, never "…"
+    table.add_row("noise backend", f"{status.name} ({'active' if status.active else 'inactive'})")
+    table.add_row("why", status.reason)
+    table.add_row(kernel.ENV_VAR, os.environ.get(kernel.ENV_VAR, "(unset)"))
+    table.add_row("2 MiB pages for big buffers", kernel.huge_page_status())
+    table.add_row("torch", torch.__version__)
+    table.add_row("torch CPU capability", torch.backends.cpu.get_cpu_capability())
+    table.add_row("torch intra-op threads", str(torch.get_num_threads()))
+    table.add_row("CUDA", torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none")
+    _noise_stream_rows(table)
+    _vllm_omni_rows(table)
+    return table
+
+
+def _noise_stream_rows(table: Table) -> None:
+    """Which stream local torch draws; which streams this build can draw, self-checked."""
+    from prenoise.noise import streams as noise_streams
+
+    table.add_row("local torch draws stream", noise_streams.local_torch_stream())
+    usable = ["native"]
+    for stream in noise_streams.NON_NATIVE_STREAMS:
+        status = noise_streams.stream_status(stream)
+        table.add_row(f"stream {stream!r} self-check", status.summary())
+        if status.usable:
+            usable.append(stream)
+    table.add_row("streams this build can draw", ", ".join(usable))
+
+
+def _vllm_omni_rows(table: Table) -> None:
+    """The vLLM-Omni plugin as the next vLLM-Omni process here would load it (metadata only)."""
+    from prenoise.integrations.vllm_omni.status import plugin_status
+
+    for name, value in plugin_status().rows():
+        table.add_row(name, escape(value))

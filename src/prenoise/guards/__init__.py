@@ -1,0 +1,7 @@
+"""Checks every command shares, run before heavy work: each refusal is one line naming the fix.
+
+Memory budgets (`budget`), cancel points (`cancel`), SIGTERM/SIGHUP as Ctrl-C (`signals`), the
+seed range (`seeds`), `PRENOISE_*` variables (`env`), device names (`devices`), optional extras
+(`extras`), integer sizes (`sizes`), path names (`path_checks`), untrusted YAML/JSON
+(`documents`). The lowest layer: nothing here imports another part of prenoise.
+"""

@@ -31,6 +31,7 @@ demo: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks scripts
 	$(VENV)/bin/ruff format --check src tests benchmarks/*.py scripts
+	$(PY) scripts/check_docs.py
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy

@@ -1,5 +1,6 @@
-"""Print the README's table of diffusers' video and audio pipeline classes and what prenoise does
-for each, read from the installed diffusers' source (run it in `.venv`: diffusers 0.42.1).
+"""Print docs/diffusers.md's table of diffusers' video and audio pipeline classes and what
+prenoise does for each, read from the installed diffusers' source (run it in `.venv`: diffusers
+0.42.1).
 
     .venv/bin/python scripts/diffusers_video_table.py > /tmp/table.md
 

@@ -15,7 +15,7 @@ reviewed. Differences reviewed between releases (none touches a draw, a generato
 plain call).
 `make test` runs all of tests/integrations on 0.42.1 (`.venv`) and on 0.40.0 (`.venv-vllm-omni`,
 `make pytest-diffusers-0.40`); 0.41.0 and 0.42.0 passed the same suite once, with the release's
-wheel unpacked ahead of the main venv's diffusers on `PYTHONPATH` (README, diffusers section).
+wheel unpacked ahead of the main venv's diffusers on `PYTHONPATH` (docs/diffusers.md, Versions).
 
 The extra: `pip install --dry-run` of `prenoise[diffusers]` into each venv resolves with nothing
 but the local prenoise to install (`--no-index`: no other distribution could be installed, so

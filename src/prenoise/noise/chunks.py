@@ -3,7 +3,7 @@
 torch's CPU normal kernel works on blocks of 16 values (below 16 it takes a stateful scalar
 path). Filling contiguous flat chunks of one buffer with `normal_` therefore reproduces a
 one-shot draw exactly when every chunk but the last is a multiple of 16 elements and the last
-has at least 16 (`docs/torch-cpu-normal.md` says why and how it was checked).
+has at least 16 (`docs/background/torch-cpu-normal.md` says why and how it was checked).
 """
 
 from __future__ import annotations

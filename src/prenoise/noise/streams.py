@@ -2,8 +2,9 @@
 
 For one seed torch draws two different float32 streams: x86 CPUs with AVX2/AVX-512 run a
 vectorized Box–Muller (avx_mathfun ``log``/``sincos`` with fused multiply-adds); every other CPU —
-aarch64, Apple Silicon, x86 with ``ATEN_CPU_CAPABILITY=default`` — runs scalar libm ``logf``/
-``cosf``/``sinf``. About 38% of float32 values differ. The streams here name them:
+aarch64, x86 with ``ATEN_CPU_CAPABILITY=default`` — runs scalar libm ``logf``/``cosf``/``sinf``
+(checked with glibc; Apple's libm and musl are untested). About 38% of float32 values differ.
+The streams here name them:
 
 * ``"native"`` (default): whatever local torch draws, exactly as :func:`prenoise.randn` always
   did. Not portable across CPU kinds.
@@ -21,7 +22,7 @@ Exactly what a stream fixes (torch 2.13.0 semantics, contiguous outputs of >= 16
 * float64: torch uses the scalar double template with libm ``log``/``cos``/``sin`` on every CPU,
   so both streams draw the same float64 values here (the kernel's C code calling this host's
   libm). That is only as portable as the double libm: glibc on x86 without FMA differs in about
-  0.07% of values by 1 ulp. The self-check refuses float64 on such a host (float32 stays usable).
+  0.07% of values by 1-2 ulp. The self-check refuses float64 on such a host (float32 stays usable).
 * numel < 16 and non-contiguous outputs: torch's scalar path (double-precision Box–Muller with a
   value cached in the generator), the same code on every CPU; prenoise leaves it to torch.
 * Generator state afterwards: identical to torch's in every stream (same MT19937 consumption).
@@ -31,6 +32,7 @@ Each process checks a non-native stream against golden digests of real torch out
 used: values and generator state of every golden case, per dtype family (float32 with bfloat16,
 and float64). Any differing bit refuses that part of the stream with :class:`NoiseStreamError`;
 a refused stream is never replaced by different noise.
+(see docs/background/x86-vs-libm.md)
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ Why buffers are preallocated and filled: a fresh multi-MB tensor pays page fault
 filling a buffer allocated off the critical path (or reused) keeps that cost where it is hidden.
 Filling contiguous flat chunks of one buffer with `normal_` reproduces a one-shot draw exactly when
 every chunk but the last is a multiple of 16 elements and the last has at least 16
-(`docs/torch-cpu-normal.md`, "Chunking").
+(`docs/background/torch-cpu-normal.md`, "Chunking").
 
 Noise streams: every run takes a `noise_stream` ("native" by default: local torch's arithmetic;
 "x86" or "libm" for the named cross-machine streams of `prenoise.noise.streams`). A `NoisePlan`

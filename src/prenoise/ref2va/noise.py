@@ -1,4 +1,4 @@
-"""The Ref2VA draw contract as prenoise streams (`docs/ref2va-contract.md`).
+"""The Ref2VA draw contract as prenoise streams (`docs/background/ref2va-contract.md`).
 
 For request seed `s`, every stream uses its own fresh CPU generator seeded `s`:
 1. `initial_video_noise`: `randn(1, 24, T, h, w)` → patchified rows `[T·h/2·w/2, 96]`;

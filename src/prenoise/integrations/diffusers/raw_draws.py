@@ -20,7 +20,7 @@ Not covered (local torch draws them, as without prenoise): the LTX / LTX-2 video
 `CosineDPMSolverMultistepScheduler`, `ScoreSdeVeScheduler.add_noise`); and pipelines' own
 draws outside a window (Helios pyramid `sample_block_noise`, EasyAnimate inpaint
 `add_noise_to_reference_video`, SkyReels-V2 diffusion forcing's `addnoise_condition`, Kandinsky
-2.2 prior emb2emb). The README lists them. Covering those would need a window around the
+2.2 prior emb2emb). `docs/diffusers.md` lists them. Covering those would need a window around the
 denoising loop or the VAE decode (every op there through the mode), so they stay listed.
 
 With `stream="native"` no window is armed and nothing is entered: the enabled subclass still

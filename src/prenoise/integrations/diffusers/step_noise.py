@@ -31,6 +31,7 @@ request thread, bitwise:
   (an interrupt, an exception); unserved draws are counted in `unused`.
 
 Generator lists (per-sample draws) are not looked ahead: the first such call ends it.
+(see docs/background/diffusers-draw-order.md)
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ With a non-native stream every `randn_tensor` call the pipeline makes during a c
 on the worker, or drawn on the request thread when the call falls through to the plain path —
 is drawn in that stream (`prenoise.noise.streams`), never silently in local torch's. Of the
 draws a pipeline makes with `torch.randn` itself only those `raw_draws.py` lists are covered (LTX
-image-to-video's decode noise); the README lists the rest. The draws need CPU generators (or
+image-to-video's decode noise); docs/diffusers.md lists the rest. The draws need CPU generators (or
 none: then the default CPU generator), strided layout, and are moved to the requested device
 afterwards, as `randn_tensor` does.
 """

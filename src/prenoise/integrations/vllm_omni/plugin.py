@@ -24,6 +24,7 @@ stream, see `streams`; `native`: upstream's code exactly):
   stream);
 - `pipeline_minimax_h3.minimax_h3_audio_cond_noise_aug_rows` (imported by name into the pipeline
   module, so rebound there): never prepared ahead; draws serially in the stream.
+(see docs/background/vllm-omni-h3.md)
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ pipeline code that runs (`forward`, `_prepare_local_conditioning`, `prepare_enco
 `encode_media`, `diffuse`, `_build_denoise_inputs`, the denoise loop) is upstream's. Every
 stand-in is deterministic and never touches the global RNG.
 
-The video VAE's checkpoint model follows the Ref2VA contract (`docs/ref2va-contract.md`):
+The video VAE's checkpoint model follows the Ref2VA contract (`docs/background/ref2va-contract.md`):
 frames padded to the next `17k + 5`, latent length `((F - 5) // 17) · 5 + 2`, 16x spatial
 compression with canvases aligned to 32 — through the processor methods upstream's adapter calls
 (`align_video_length`, `_align_to_total_patch_size`, `get_latent_length`).

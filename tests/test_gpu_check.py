@@ -141,6 +141,10 @@ def test_mix_check_refuses_cuda_without_a_device() -> None:
 
 
 def load_driver() -> ModuleType:
+    if (
+        str(REPO / "scripts") not in sys.path
+    ):  # as when run as a script: its report module beside it
+        sys.path.insert(0, str(REPO / "scripts"))
     spec = importlib.util.spec_from_file_location("gpu_check", REPO / "scripts" / "gpu_check.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

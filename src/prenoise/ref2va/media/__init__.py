@@ -63,13 +63,6 @@ _HOME = {
 `MediaError`) needs no PyAV, so the CLI can name media errors without the `ref2va` extra."""
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOME.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{home}"), name)
-
-
 __all__ = [
     "DEFAULT_CHUNK_FRAMES",
     "DecodeGuard",
@@ -92,3 +85,16 @@ __all__ = [
     "write_mp4",
     "write_wav",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -45,9 +45,9 @@ def _ftfy_stub(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 def _fresh_log_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """Each test sees the integration's warn-once / say-once messages afresh."""
     pytest.importorskip("diffusers")
-    import prenoise.integrations.diffusers.call as call_module
+    import prenoise.integrations.diffusers.report as report_module
 
-    monkeypatch.setattr(call_module, "_logged", set())
+    monkeypatch.setattr(report_module, "_logged", set())
 
 
 _cache: dict[str, Any] = {}

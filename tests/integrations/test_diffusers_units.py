@@ -22,6 +22,7 @@ from diffusers.utils.torch_utils import randn_tensor
 
 from bitwise import bitwise_equal, same_state
 from prenoise.integrations.diffusers import call as call_module
+from prenoise.integrations.diffusers import report as report_module
 from prenoise.integrations.diffusers import plan as plan_module
 from prenoise.integrations.diffusers import queue as queue_module
 from prenoise.integrations.diffusers import registry
@@ -533,7 +534,7 @@ def test_overlapped_call_is_bitwise_the_plain_call(
     assert warned(caplog) == [
         "prenoise: FakePipe: overlapped noise active (prepared draws: d0, d1)"
     ]
-    assert call_module._logged == {("FakePipe", "active")}
+    assert report_module._logged == {("FakePipe", "active")}
     assert isinstance(CONTEXTS[-1], ReplayQueue) and CONTEXTS[-1]._fallback is None
     assert active_replay() is None and ddim.randn_tensor is randn_tensor
 
@@ -561,7 +562,7 @@ def test_fewer_draws_than_planned(pipe: FakePipe, caplog: pytest.LogCaptureFixtu
         "prenoise: FakePipe: overlapped noise active (prepared draws: d0, d1)",
         f"prenoise: FakePipe: 1 of 2 prepared draws served, the rest discarded ({left})",
     ]
-    assert call_module._logged == {("FakePipe", "active"), ("FakePipe", "left-plan")}
+    assert report_module._logged == {("FakePipe", "active"), ("FakePipe", "left-plan")}
     torch.randn((2, 8), generator=ref)
     assert bitwise_equal(out[0], torch.randn((2, 8), generator=ref))
     assert same_state(g, ref)
@@ -602,7 +603,7 @@ def test_generator_none_runs_the_plain_call(pipe: FakePipe, caplog: Any) -> None
     assert CONTEXTS[-2:] == [None, None]  # the plain call runs outside any replay context
     hint = '; pass generator=torch.Generator("cpu").manual_seed(seed) to overlap it'
     assert warned(caplog) == [warning_for(reason, hint)]
-    assert call_module._logged == {("FakePipe", "generator-none")}
+    assert report_module._logged == {("FakePipe", "generator-none")}
 
 
 DEFAULT_REASON = (
@@ -629,7 +630,7 @@ def test_the_default_generator_runs_the_plain_call(
     assert report.reason == DEFAULT_REASON
     assert CONTEXTS[-2:] == [None, None]
     assert warned(caplog) == [warning_for(DEFAULT_REASON, DEFAULT_HINT)]
-    assert call_module._logged == {("FakePipe", "generator-default")}
+    assert report_module._logged == {("FakePipe", "generator-default")}
 
 
 def test_a_list_with_the_default_generator_among_private_ones() -> None:
@@ -670,7 +671,7 @@ def test_unplanned_class(caplog: Any) -> None:
     reason = f"no noise plan for {Unplanned.__module__}.Unplanned"
     assert report.reason == reason and report.pipeline == "Unplanned"
     hint = "; prenoise.integrations.diffusers.supported() lists the classes with a plan"
-    assert call_module._logged == {("Unplanned", "class")}
+    assert report_module._logged == {("Unplanned", "class")}
     assert warned(caplog) == [
         f"prenoise: Unplanned: noise not overlapped, plain call ({reason}){hint}"
     ]
@@ -692,7 +693,7 @@ def test_unpredictable_calls(
 ) -> None:
     kwargs = {"generator": gen(), **kwargs}
     _, report = plain_report(pipe, caplog, **kwargs)
-    assert report.reason == reason and call_module._logged == {("FakePipe", key)}
+    assert report.reason == reason and report_module._logged == {("FakePipe", key)}
     assert warned(caplog) == [warning_for(reason)]
 
 
@@ -703,14 +704,14 @@ def test_untested_version(pipe: FakePipe, caplog: Any, monkeypatch: pytest.Monke
         "diffusers 0.1.0 is untested (plans checked on ['0.40.0', '0.41.0', '0.42.0', '0.42.1'])"
     )
     assert report.reason == reason and warned(caplog) == [warning_for(reason)]
-    assert call_module._logged == {("FakePipe", "version")}
+    assert report_module._logged == {("FakePipe", "version")}
 
 
 def test_nested_call(pipe: FakePipe, caplog: Any) -> None:
     with replay_context(queue_module.ReplayQueue([])):
         _, report = plain_report(pipe, caplog, generator=gen())
     assert report.reason == "nested inside another overlapped call"
-    assert call_module._logged == {("FakePipe", "nested")}
+    assert report_module._logged == {("FakePipe", "nested")}
 
 
 def test_arguments_that_do_not_bind(pipe: FakePipe, caplog: Any) -> None:
@@ -718,7 +719,7 @@ def test_arguments_that_do_not_bind(pipe: FakePipe, caplog: Any) -> None:
         call_module.overlapped_call_with_report(pipe, generator=gen(), bogus=1)
     reason = "arguments do not bind: got an unexpected keyword argument 'bogus'"
     assert warned(caplog) == [warning_for(reason)]
-    assert call_module._logged == {("FakePipe", "bind")}
+    assert report_module._logged == {("FakePipe", "bind")}
 
 
 def test_planner_unpredictable_and_invalid_draw(
@@ -730,14 +731,14 @@ def test_planner_unpredictable_and_invalid_draw(
     plan_with(monkeypatch, refuse)
     _, report = plain_report(pipe, caplog, generator=gen())
     assert report.reason == "not today" and warned(caplog) == [warning_for("not today")]
-    assert call_module._logged == {("FakePipe", "custom")}
+    assert report_module._logged == {("FakePipe", "custom")}
     caplog.clear()
     plan_with(monkeypatch, lambda p, v, gs: [PlannedDraw("i", (16,), torch.int64, gs, DDIM)])
     _, report = plain_report(pipe, caplog, generator=gen())
     reason = "draw 'i.0': dtype torch.int64 is not a floating dtype"
     assert report.stream == "native"
     assert report.reason == reason and warned(caplog) == [warning_for(reason)]
-    assert call_module._logged == {("FakePipe", "custom"), ("FakePipe", "draw")}
+    assert report_module._logged == {("FakePipe", "custom"), ("FakePipe", "draw")}
 
 
 def test_planner_sees_bound_arguments_without_self(
@@ -765,7 +766,7 @@ def test_foreign_randn_tensor(pipe: FakePipe, caplog: Any, monkeypatch: pytest.M
     _, report = plain_report(pipe, caplog, generator=gen())
     reason = f"{DDIM}.randn_tensor is replaced by someone else"
     assert report.reason == reason and warned(caplog) == [warning_for(reason)]
-    assert call_module._logged == {("FakePipe", "foreign")}
+    assert report_module._logged == {("FakePipe", "foreign")}
 
 
 def test_own_module_without_randn_tensor_is_foreign(
@@ -790,7 +791,8 @@ def test_dispatcher_in_place_is_accepted(pipe: FakePipe, monkeypatch: pytest.Mon
 def test_not_a_pipeline() -> None:
     with pytest.raises(TypeError, match=exact(
         "overlapped_call() takes a diffusers pipeline instance (a diffusers.DiffusionPipeline, "
-        "e.g. WanPipeline.from_pretrained(...)), got None")):  # fmt: skip
+        "e.g. WanPipeline.from_pretrained(...), or a diffusers ModularPipeline, e.g. "
+        "MiniMaxH3Blocks().init_pipeline(...)), got None")):  # fmt: skip
         call_module.overlapped_call_with_report(None)
 
 
@@ -826,12 +828,12 @@ def test_noise_stream_overlapped_and_plain(
 
 def test_log_once_and_say_active_once(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.INFO, logger=LOGGER):
-        call_module.log_once("P", "generator-device", "on cuda")
-        call_module.log_once("P", "generator-device", "on cuda again")
-        call_module.log_once("Q", "generator-device", "on cuda")
-        call_module.log_once("P", "other", "why")
-        call_module._say_active_once("P", draws(("a", (16,), (gen(),)), ("b", (16,), (gen(),))))
-        call_module._say_active_once("P", [])
+        report_module.log_once("P", "generator-device", "on cuda")
+        report_module.log_once("P", "generator-device", "on cuda again")
+        report_module.log_once("Q", "generator-device", "on cuda")
+        report_module.log_once("P", "other", "why")
+        report_module.say_active_once("P", draws(("a", (16,), (gen(),)), ("b", (16,), (gen(),))))
+        report_module.say_active_once("P", [])
     hint = (
         "; pass a CPU generator to overlap it (the output then follows the CPU generator's "
         "noise, as in the plain call with that generator)"
@@ -842,9 +844,9 @@ def test_log_once_and_say_active_once(caplog: pytest.LogCaptureFixture) -> None:
         (logging.WARNING, "prenoise: P: noise not overlapped, plain call (why)"),
         (logging.INFO, "prenoise: P: overlapped noise active (prepared draws: a, b)"),
     ]
-    assert call_module._first_time("R", "k") is True
-    assert call_module._first_time("R", "k") is False
-    assert call_module._first_time("k", "R") is True
+    assert report_module.first_time("R", "k") is True
+    assert report_module.first_time("R", "k") is False
+    assert report_module.first_time("k", "R") is True
 
 
 def test_draws_run_on_the_named_worker(pipe: FakePipe, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -16,10 +16,8 @@ from __future__ import annotations
 import inspect
 import logging
 import sys
-import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -32,19 +30,29 @@ from prenoise.integrations.diffusers.patching import (
     original_randn_tensor,
     replay_context,
 )
-from prenoise.integrations.diffusers.pipeline_class import check_pipeline, original_class
+from prenoise.integrations.diffusers.pipeline_class import (
+    check_pipeline,
+    is_modular,
+    original_class,
+)
 from prenoise.integrations.diffusers.plan import PlannedDraw, Unpredictable, call_generators
 from prenoise.integrations.diffusers.queue import ReplayQueue
 from prenoise.integrations.diffusers.raw_draws import CallWindow, active_window, call_window
 from prenoise.integrations.diffusers.registry import TESTED_DIFFUSERS_VERSIONS, planner_for
+from prenoise.integrations.diffusers.report import (
+    CallReport,
+    first_time,
+    log_once,
+    say_active_once,
+)
 from prenoise.integrations.diffusers.step_noise import (
     StepLookahead,
     draws_in_this_call,
     lookahead_limits_of,
 )
 from prenoise.integrations.diffusers.streams import (
-    StreamTarget,
     noise_stream_of,
+    plain_in_stream,
     stream_randn_tensor,
 )
 from prenoise.preparation.executor import PreparationExecutor
@@ -53,93 +61,17 @@ __all__ = ["CallReport", "overlapped_call", "overlapped_call_with_report", "plan
 
 logger = logging.getLogger("prenoise.integrations.diffusers")
 
-_HINTS = {
-    "generator-none": 'pass generator=torch.Generator("cpu").manual_seed(seed) to overlap it',
-    "generator-default": 'pass generator=torch.Generator("cpu").manual_seed(seed) instead to '
-    "overlap it (torch.manual_seed(seed) returns the default CPU generator)",
-    "generator-device": "pass a CPU generator to overlap it (the output then follows the CPU "
-    "generator's noise, as in the plain call with that generator)",
-    "class": "prenoise.integrations.diffusers.supported() lists the classes with a plan",
-}
-_logged: set[tuple[str, str]] = set()
-_logged_lock = threading.Lock()
-
-
-def _first_time(pipeline: str, key: str) -> bool:
-    with _logged_lock:
-        if (pipeline, key) in _logged:
-            return False
-        _logged.add((pipeline, key))
-        return True
-
-
-def log_once(pipeline: str, key: str, message: str) -> None:
-    """Warn that `pipeline` ran the plain call because of `message`, the first time `(pipeline,
-    key)` is seen in this process."""
-    if _first_time(pipeline, key):
-        hint = _HINTS.get(key)
-        logger.warning(
-            "prenoise: %s: noise not overlapped, plain call (%s)%s",
-            pipeline,
-            message,
-            f"; {hint}" if hint else "",
-        )
-
-
-def _say_active_once(pipeline: str, planned: Sequence[PlannedDraw]) -> None:
-    if _first_time(pipeline, "active"):
-        labels = ", ".join(p.label for p in planned)
-        logger.info("prenoise: %s: overlapped noise active (prepared draws: %s)", pipeline, labels)
-
-
-@dataclass(frozen=True)
-class CallReport:
-    """How one call ran.
-
-    `overlapped` is False when the plain call ran from the start (`reason` says why). `planned`
-    lists the prepared draws, `served` how many the pipeline consumed, `left_plan` why the rest
-    were discarded (the generators were set back; the output is the plain call's either way),
-    and `wait_s` the request thread's time blocked on prepared draws. `stream` is the noise
-    stream every draw of the call was made in (see `enable(pipe, stream=...)`); `raw_in_stream`
-    counts the pipeline's own `torch.randn` draws made in it (`raw_draws.py`). `setup_s` is the
-    request thread's time in prenoise before the pipeline's own call starts (planning, and for
-    an overlapped call the executor's start and the submissions); `teardown_s` its time after
-    the call returns (settling unconsumed draws, the executor's exit joining its worker). Times
-    are seconds; `overhead_s` is their sum with `wait_s` and `step_wait_s`.
-
-    Per-step sampler noise (`step_noise.StepLookahead`): `step_served` draws were prepared ahead
-    and served, `step_unused` prepared and discarded, `step_left` says why the look-ahead ended
-    before the loop did (None: it did not, or never started), `step_wait_s` is the request
-    thread's time taking them (waits, the generator state check, the device move).
-    `step_first_ahead` says whether the first per-step draw was among the served ones (it is
-    prepared when the call can be seen to make it; else it is drawn plainly, not counted).
-    """
-
-    pipeline: str
-    overlapped: bool
-    reason: str | None = None
-    planned: tuple[str, ...] = ()
-    served: int = 0
-    left_plan: str | None = None
-    wait_s: float = 0.0
-    stream: str = "native"
-    setup_s: float = 0.0
-    teardown_s: float = 0.0
-    raw_in_stream: int = 0
-    step_served: int = 0
-    step_unused: int = 0
-    step_left: str | None = None
-    step_wait_s: float = 0.0
-    step_first_ahead: bool = False
-
-    @property
-    def overhead_s(self) -> float:
-        """The request thread's seconds spent in prenoise: set-up + waits + teardown."""
-        return self.setup_s + self.wait_s + self.step_wait_s + self.teardown_s
-
 
 def plan_call(pipe: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> list[PlannedDraw]:
-    """The draws `pipe(*args, **kwargs)` will make, in order; `Unpredictable` if not safe."""
+    """The draws `pipe(*args, **kwargs)` will make, in order; `Unpredictable` if not safe.
+
+    A modular pipeline's draws are planned during the call, once its encoder blocks start:
+    `Unpredictable` here (`CallReport.planned` lists them after an overlapped call)."""
+    if is_modular(pipe):
+        raise Unpredictable(
+            "a modular pipeline's draws are planned during the call (see CallReport.planned)",
+            "modular",
+        )
     return _plan_with_arguments(pipe, args, kwargs)[0]
 
 
@@ -215,6 +147,12 @@ def overlapped_call_with_report(pipe: Any, *args: Any, **kwargs: Any) -> tuple[A
     """`overlapped_call`, also returning a `CallReport` of how the call ran."""
     start = time.perf_counter()
     check_pipeline(pipe, "overlapped_call")
+    if is_modular(pipe):
+        from prenoise.integrations.diffusers.modular.call import (
+            overlapped_modular_call_with_report,
+        )
+
+        return overlapped_modular_call_with_report(pipe, *args, **kwargs)
     cls = original_class(pipe)
     name = cls.__name__
     stream = noise_stream_of(pipe)
@@ -223,7 +161,7 @@ def overlapped_call_with_report(pipe: Any, *args: Any, **kwargs: Any) -> tuple[A
     fallback = None
     if stream != "native":  # every draw of the call in the stream, even on the plain path
         fallback = partial(stream_randn_tensor, stream)
-        fall_through = partial(_plain_in_stream, plain, stream)
+        fall_through = partial(plain_in_stream, plain, stream)
     window = call_window(cls, pipe, stream)  # the pipeline's own torch.randn draws, if covered
     try:
         planned, arguments = _plan_with_arguments(pipe, args, kwargs)
@@ -237,7 +175,7 @@ def overlapped_call_with_report(pipe: Any, *args: Any, **kwargs: Any) -> tuple[A
         return _plain_call(
             pipe, args, kwargs, "draw", str(error), start, fall_through, stream, window
         )
-    _say_active_once(name, planned)
+    say_active_once(name, planned)
     limits = lookahead_limits_of(pipe)
     with PreparationExecutor(name="prenoise-diffusers") as executor:
         queue.start(executor)
@@ -256,7 +194,7 @@ def overlapped_call_with_report(pipe: Any, *args: Any, **kwargs: Any) -> tuple[A
             raise
         left = queue.finish()
     end = time.perf_counter()
-    if left is not None and _first_time(name, "left-plan"):
+    if left is not None and first_time(name, "left-plan"):
         # Overlapped (the report says so): only part of the plan was served; the values are the
         # plain call's either way, since the generators were set back.
         logger.warning(
@@ -303,12 +241,6 @@ def _step_fields(steps: StepLookahead | None) -> dict[str, Any]:
         "step_wait_s": steps.wait_s,
         "step_first_ahead": steps.first_ahead,
     }
-
-
-def _plain_in_stream(plain: Any, stream: str, pipe: Any, *args: Any, **kwargs: Any) -> Any:
-    """The plain call with every `randn_tensor` draw made in the non-native `stream`."""
-    with replay_context(StreamTarget(stream)):
-        return plain(pipe, *args, **kwargs)
 
 
 def overlapped_call(pipe: Any, *args: Any, **kwargs: Any) -> Any:

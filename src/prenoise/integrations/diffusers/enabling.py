@@ -12,6 +12,7 @@ pipeline, and unpickling needs only prenoise and diffusers.
 from __future__ import annotations
 
 import functools
+import logging
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -20,10 +21,13 @@ from prenoise.integrations.diffusers.pipeline_class import (
     ORIGINAL_CLASS_ATTR,
     check_pipeline,
     is_enabled,
+    is_modular,
     original_class,
 )
 
 __all__ = ["check_pipeline", "disable", "enable", "is_enabled", "original_class"]
+
+logger = logging.getLogger("prenoise.integrations.diffusers")
 
 _subclasses: dict[type, type] = {}
 _lock = threading.Lock()
@@ -98,6 +102,12 @@ def enable(
     scheduler's steps (`step_noise.py`): at most that many draws and bytes wait unserved;
     `steps_ahead=0` draws them in the loop as the plain call does. The values are the plain
     call's either way. `ValueError` for a negative limit.
+
+    A diffusers `ModularPipeline` (e.g. `MiniMaxH3Blocks().init_pipeline(...)`) is accepted with
+    the same contract (`integrations.diffusers.modular`): its initial draws are prepared ahead
+    and `stream` covers every `randn_tensor` draw of its calls. Per-step sampler noise is not
+    drawn ahead for modular pipelines: their loops draw it plainly, and limits other than the
+    defaults are refused there with a warning saying so.
     """
     check_pipeline(pipe, "enable")
     from prenoise.integrations.diffusers.step_noise import LIMITS_ATTR, LookaheadLimits
@@ -117,6 +127,12 @@ def enable(
             delattr(pipe, LIMITS_ATTR)
     else:
         setattr(pipe, LIMITS_ATTR, limits)
+    if is_modular(pipe) and limits != LookaheadLimits():
+        logger.warning(
+            "prenoise: %s: steps_ahead/bytes_ahead have no effect on a modular pipeline: its "
+            "per-step sampler noise is drawn plainly in the loop (the values are the same)",
+            type(pipe).__name__,
+        )
     if not is_enabled(pipe):
         pipe.__class__ = _overlapped_subclass(type(pipe))
     return pipe

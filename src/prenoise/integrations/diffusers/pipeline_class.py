@@ -1,11 +1,17 @@
-"""Which class a pipeline really is: its own class before `enable`, and the instance check
-every entry point runs first (`enable`, `overlapped_call`, ...)."""
+"""Which class a pipeline really is: its own class before `enable`, whether it is a modular
+pipeline, and the instance check every entry point runs first (`enable`, `overlapped_call`, ...)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["ORIGINAL_CLASS_ATTR", "check_pipeline", "is_enabled", "original_class"]
+__all__ = [
+    "ORIGINAL_CLASS_ATTR",
+    "check_pipeline",
+    "is_enabled",
+    "is_modular",
+    "original_class",
+]
 
 ORIGINAL_CLASS_ATTR = "_prenoise_original_class"
 """Set on `enable`'s subclass: the class it was made from."""
@@ -39,9 +45,20 @@ def check_pipeline(pipe: Any, what: str) -> None:
     require("diffusers", f"prenoise.integrations.diffusers.{what}()")
     from diffusers import DiffusionPipeline
 
-    if not isinstance(pipe, DiffusionPipeline):
+    if not isinstance(pipe, DiffusionPipeline) and not is_modular(pipe):
         got = "None" if pipe is None else f"a {type(pipe).__module__}.{type(pipe).__qualname__}"
         raise TypeError(
             f"{what}() takes a diffusers pipeline instance (a diffusers.DiffusionPipeline, "
-            f"e.g. WanPipeline.from_pretrained(...)), got {got}"
+            f"e.g. WanPipeline.from_pretrained(...), or a diffusers ModularPipeline, e.g. "
+            f"MiniMaxH3Blocks().init_pipeline(...)), got {got}"
         )
+
+
+def is_modular(pipe: Any) -> bool:
+    """True if `pipe` is a diffusers `ModularPipeline` instance (its draws are planned during
+    the call, `integrations.diffusers.modular`)."""
+    try:
+        from diffusers.modular_pipelines import ModularPipeline
+    except ImportError:  # a diffusers without modular pipelines
+        return False
+    return isinstance(pipe, ModularPipeline)

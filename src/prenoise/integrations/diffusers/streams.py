@@ -15,11 +15,17 @@ from typing import Any
 
 import torch
 
-from prenoise.integrations.diffusers.patching import RandnTensor
+from prenoise.integrations.diffusers.patching import RandnTensor, replay_context
 from prenoise.noise import streams as noise_streams
 from prenoise.noise.streams import NoiseStreamError
 
-__all__ = ["STREAM_ATTR", "StreamTarget", "noise_stream_of", "stream_randn_tensor"]
+__all__ = [
+    "STREAM_ATTR",
+    "StreamTarget",
+    "noise_stream_of",
+    "plain_in_stream",
+    "stream_randn_tensor",
+]
 
 #: Instance attribute where `enable(pipe, stream=...)` records a non-native stream.
 STREAM_ATTR = "_prenoise_noise_stream"
@@ -73,3 +79,10 @@ class StreamTarget:
     def serve(self, original: RandnTensor, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         del original  # never local torch's stream
         return stream_randn_tensor(self.stream, *args, **kwargs)
+
+
+def plain_in_stream(plain: Any, stream: str, pipe: Any, *args: Any, **kwargs: Any) -> Any:
+    """The plain call `plain(pipe, ...)` with every `randn_tensor` draw made in the non-native
+    `stream`."""
+    with replay_context(StreamTarget(stream)):
+        return plain(pipe, *args, **kwargs)

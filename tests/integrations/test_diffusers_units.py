@@ -22,10 +22,10 @@ from diffusers.utils.torch_utils import randn_tensor
 
 from bitwise import bitwise_equal, same_state
 from prenoise.integrations.diffusers import call as call_module
-from prenoise.integrations.diffusers import report as report_module
 from prenoise.integrations.diffusers import plan as plan_module
 from prenoise.integrations.diffusers import queue as queue_module
 from prenoise.integrations.diffusers import registry
+from prenoise.integrations.diffusers import report as report_module
 from prenoise.integrations.diffusers.patching import _dispatch, active_replay, replay_context
 from prenoise.integrations.diffusers.plan import PlannedDraw, Unpredictable
 from prenoise.integrations.diffusers.queue import ReplayQueue

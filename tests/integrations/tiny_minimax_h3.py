@@ -1,4 +1,4 @@
-"""A tiny MiniMax-H3 modular pipeline (diffusers >= 0.42.1), built offline with seeded weights.
+"""A tiny MiniMax-H3 modular pipeline (diffusers 0.42.1), built offline with seeded weights.
 
 `minimax_h3()` builds a `MiniMaxH3ModularPipeline` from `MiniMaxH3Blocks()` (or one workflow of
 it: `t2va`, `fl2va`, `ref2va`) with `init_pipeline()` + `update_components(...)`; every
@@ -9,7 +9,7 @@ from a hub repository instead:
 - a 32x32 canvas at the shortest admissible length, `num_frames=124` (`17 * 7 + 5`, 37 latent
   frames): the video VAE compresses /16 spatially and /4 temporally in 17-frame chunks (the
   `17 * n + 5` -> `5 * n + 2` arithmetic the blocks hard-code), and the transformer patch is
-  `(1, 2, 2)`, so a 32x32 latent frame is a single packed row;
+  `(1, 2, 2)`, so each latent frame of a 32x32 video (2x2 latents) is a single packed row;
 - an audio VAE with a hop of 4 samples at a sample rate of 160 Hz: 40 latents per second, as the
   released 800-sample hop at 32 kHz, so a reference soundtrack built here at 160 Hz is never
   resampled (which would need torchaudio); 124 frames give 207 audio latents, 828 samples;
@@ -18,15 +18,16 @@ from a hub repository instead:
   4-pixel patches; the tokenizer is a byte-level `Qwen2Tokenizer` with no merges (every byte is
   one token) plus the four vision tokens the blocks look up.
 
-Pipeline configs, set with `update_components` (which only accepts the configs the selected
-blocks declare): `reference_image_short_edge=64` (released: 2048, which packs thousands of
-conditioning rows per image reference), and `canvas_short_edge=32` / `canvas_max_pixels=2048`
-(released: 768 / 768 * 1344): a request of this module passes `height` and `width`, so the
-canvas rule only places *video references*, which are put on the canvas of their own aspect
-ratio - 768 pixels would make every video reference a minutes-long VAE encode on CPU. diffusers'
-upstream test monkeypatches `MiniMaxH3Ref2VASetupStep.__init__` instead, because in its version
-the short edge was a constructor argument; in 0.42.1 it is a `ConfigSpec` of the pipeline, so
-the pipeline config is the supported route and no class is patched.
+Pipeline configs, set with `update_components` (given only the configs the selected blocks
+declare; it would ignore any other with a warning): `reference_image_short_edge=64` (released:
+2048, which packs thousands of conditioning rows per image reference), and
+`canvas_short_edge=32` / `canvas_max_pixels=2048` (released: 768 / 768 * 1344): a request of
+this module passes `height` and `width`, so the canvas rule only places *video references*,
+which are put on the canvas of their own aspect ratio - at 768 pixels a video reference's VAE
+encode and conditioning rows are hundreds of times larger. diffusers' upstream test
+monkeypatches `MiniMaxH3Ref2VASetupStep.__init__` instead, because in its version the short
+edge was a constructor argument; in 0.42.1 it is a `ConfigSpec` of the pipeline, so the
+pipeline config is the supported route and no class is patched.
 
 Processors without torchvision (not installed here): the image processor is transformers'
 PIL backend (`Qwen2VLImageProcessorPil`). `Qwen3VLVideoProcessor` resizes, converts and
@@ -35,11 +36,14 @@ arithmetic (`smart_resize` + bicubic `F.interpolate`); and since `Qwen3VLProcess
 video processor against transformers' `BaseVideoProcessor`, which is a torchvision-requiring
 placeholder here, `_Processor` skips that one check. Everything else is the transformers code.
 
-Measured on this machine (2 CPU cores, torch 2.13.0 CPU, diffusers 0.42.1): building the full
-pipeline takes about 0.5 s (after a first import of diffusers and transformers of a few
-seconds); one call takes about 0.4 s for `t2va`, 0.4 s for `fl2va` (one keyframe), 0.7 s for
-`ref2va` with one image reference, and 1.3 s for `ref2va` with a 48-frame video reference
-carrying a soundtrack.
+Measured on this machine (2 CPU cores, torch 2.13.0 CPU, diffusers 0.42.1, transformers
+5.25.0, nothing else running): importing diffusers and transformers takes 4-5 s; building the
+full pipeline about 0.06 s (a workflow pipeline the same; 0.3 s seen once); one call, median of
+5: `t2va` 0.06 s, `fl2va` 0.07 s (one or two keyframes), `ref2va` 0.08 s (one image
+reference), 0.10 s (two image references, or a 48-frame video reference with its soundtrack),
+0.09 s (an image and a 2 s audio reference). The whole test module runs in about 10 s. While
+another torch process ran on the same two cores, single calls took 0.5 to 13 s (the two
+processes' intra-op threads oversubscribe the cores), so time outliers are the machine's.
 
 Randomness (checked in `test_tiny_minimax_h3.py`): a call draws from the request generator only
 in `before_denoise.py` (`MiniMaxH3PrepareConditionLatentsStep`: one draw per visual condition,
@@ -334,7 +338,8 @@ def minimax_h3(workflow: str | None = None) -> MiniMaxH3ModularPipeline:
 
     The full pipeline holds both transformer partitions (`transformer` for `t2va`/`fl2va`,
     `transformer_ref` for `ref2va`), so all three workflows run on one pipe; a workflow pipeline
-    holds the components its own blocks declare. Weights are seeded inside
+    holds the components its own blocks declare, with the same weights as the full one's.
+    Weights are seeded inside
     `torch.random.fork_rng()`, so building leaves the global RNG alone and two builds are
     identical.
     """

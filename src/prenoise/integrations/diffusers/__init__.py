@@ -7,6 +7,10 @@
 - `overlapped_call_with_report` also returns a `CallReport` (fell through? draws served? wait,
   prenoise's own set-up and teardown time).
 
+A diffusers `ModularPipeline` (e.g. MiniMax-H3's `MiniMaxH3Blocks().init_pipeline(...)`) takes
+the same `enable` / `overlapped_call`, with the same contract (`modular/`); `supported_modular()`
+lists the modular classes with a plan.
+
 Unpredictable calls run the plain call; the reason is a warning (once per pipeline class and
 reason) on the logger "prenoise.integrations.diffusers", and active overlap is said once per class
 at INFO. Supported: diffusers 0.40.0, 0.41.0, 0.42.0 and 0.42.1 (`TESTED_DIFFUSERS_VERSIONS`);
@@ -20,6 +24,7 @@ from prenoise.integrations.diffusers.call import (
     plan_call,
 )
 from prenoise.integrations.diffusers.enabling import disable, enable, is_enabled, original_class
+from prenoise.integrations.diffusers.modular.registry import supported as supported_modular
 from prenoise.integrations.diffusers.plan import PlannedDraw, Unpredictable
 from prenoise.integrations.diffusers.registry import (
     TESTED_DIFFUSERS_VERSIONS,
@@ -41,4 +46,5 @@ __all__ = [
     "plan_call",
     "register_plan",
     "supported",
+    "supported_modular",
 ]

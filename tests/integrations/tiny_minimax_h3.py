@@ -141,20 +141,23 @@ def _video_processor_class() -> type:
             videos: torch.Tensor,
             size: Any,
             resample: Any,
-            factor: int,
-            temporal_factor: int,
+            factor: int | None = None,
+            temporal_factor: int | None = None,
             **kwargs: Any,
         ) -> torch.Tensor:
             height, width = videos.shape[-2:]
-            new_height, new_width = smart_resize(
-                num_frames=videos.shape[1],
-                height=height,
-                width=width,
-                temporal_factor=temporal_factor,
-                factor=factor,
-                min_pixels=size.shortest_edge,
-                max_pixels=size.longest_edge,
-            )
+            if factor is None:  # transformers < 5.16: the target size is given
+                new_height, new_width = size.height, size.width
+            else:
+                new_height, new_width = smart_resize(
+                    num_frames=videos.shape[1],
+                    height=height,
+                    width=width,
+                    temporal_factor=temporal_factor,
+                    factor=factor,
+                    min_pixels=size.shortest_edge,
+                    max_pixels=size.longest_edge,
+                )
             if (new_height, new_width) == (height, width):
                 return videos
             flat = videos.flatten(0, -4).float()

@@ -17,6 +17,7 @@ from prenoise.guards.usage import (
     check_output_dir,
     check_output_file,
     check_outputs_are_not_inputs,
+    missing_directory,
 )
 
 __all__ = [
@@ -27,6 +28,7 @@ __all__ = [
     "check_output_file",
     "check_outputs_are_not_inputs",
     "finite_between",
+    "missing_directory",
     "port",
     "seed",
 ]

@@ -21,6 +21,7 @@ from prenoise.cli.args import (
     check_output_file,
     check_outputs_are_not_inputs,
     finite_between,
+    missing_directory,
     port,
     seed,
 )
@@ -103,17 +104,21 @@ def _byte_size(text: str) -> int:
 def _cmd_compare(args: argparse.Namespace) -> int:
     from prenoise.verify import compare, load_saved, require_inputs_fit
 
+    missing = None
     if args.json:  # the report must not overwrite what it describes
         report_path = check_output_file(args.json, "--json")
         inputs = [("A", Path(args.a)), ("B", Path(args.b))]
         check_outputs_are_not_inputs([("--json", report_path)], inputs)
+        missing = missing_directory(report_path, "--json")
     # Before anything is inflated: both files' declared contents must fit the budget.
     require_inputs_fit((args.a, args.b), args.memory_budget)
     # Exit status: 0 equal, 1 different, 2 cannot compare (UncomparableError, a user error).
     a = load_saved(args.a, args.memory_budget)
     report = compare(a, load_saved(args.b, args.memory_budget))
     if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(report.to_json(indent=2))
+        _print_created([missing])
     console.print(report.summary())
     return 0 if report.equal else 1
 
@@ -176,6 +181,14 @@ def _internal_error(error: Exception) -> str:
     return f"internal error: {what}; rerun with --debug for the traceback, please report it"
 
 
+def _print_created(missing: Sequence[tuple[str, Path] | None]) -> None:
+    """Say which of the directories that were missing when the command started (checked then:
+    `prenoise.guards.usage.missing_directory`) it created to write its outputs."""
+    for entry in missing:
+        if entry is not None and entry[1].is_dir():
+            console.print(f"created the directory {escape(str(entry[1]))} ({entry[0]})")
+
+
 def _stage_table(title: str, seconds: dict[str, float]) -> Table:
     table = Table(title=title)
     table.add_column("stage")
@@ -194,7 +207,7 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     from prenoise.ref2va.sampler import StepInfo
 
     recipe = recipe_from_args(args)
-    check_request_outputs(args, recipe)
+    missing = check_request_outputs(args, recipe)
     out = generate_out_path(args, recipe)
     check_request(recipe)  # too big or bad media fails here, before any model work
     columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
@@ -222,6 +235,7 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     console.print(_stage_table(f"{recipe.name}: {args.arm} arm", result.stage_seconds))
     for event in result.prediction_events:
         console.print(f"[yellow]prediction fallback[/]: {event}")
+    _print_created(missing)
     for path in result.paths:
         console.print(f"wrote [bold]{path}[/]")
     return 0
@@ -234,7 +248,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     from prenoise.ref2va.verification import verify_recipe
 
     recipe = recipe_from_args(args)
-    check_request_outputs(args, recipe)
+    missing = check_request_outputs(args, recipe)
     check_request(recipe)
     with console.status("preparing the request with both arms…"):
         pipeline = Ref2VAPipeline(load_models(recipe), device=recipe.device)
@@ -252,6 +266,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     style = "green" if result.equal else "red"
     console.print(f"[{style}]{result.summary()}[/]")
     if args.json:
+        _print_created(missing)
         console.print(f"wrote the per-field report to [bold]{args.json}[/]", soft_wrap=True)
     return 0 if result.equal else 1
 
@@ -283,7 +298,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     from prenoise.ref2va.request_budget import check_request
 
     recipe = recipe_from_args(args)
-    check_request_outputs(args, recipe)
+    missing = check_request_outputs(args, recipe)
     check_request(recipe)
     config = BenchConfig(args.pairs, args.warmup, args.full, args.encoder_threads)
     with console.status("loading models…") as status:
@@ -309,6 +324,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
             title=f"{recipe.name}: last pair, threads as lanes",
         )
         console.print(f"wrote Chrome traces and {png} to {trace_dir}")
+    _print_created(missing)
     return 0
 
 
@@ -323,10 +339,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     media_root = args.media_root.resolve() if args.media_root else None
     if media_root is not None and not media_root.is_dir():
         raise RecipeError(f"--media-root {args.media_root}: not a directory")
-    output_dir = check_output_dir(
-        args.output_dir or recipe.output_dir / "serve",
-        "--output-dir" if args.output_dir else "output_dir",
-    )
+    option = "--output-dir" if args.output_dir else "output_dir"
+    output_dir = check_output_dir(args.output_dir or recipe.output_dir / "serve", option)
     settings = ServeSettings(
         recipe=recipe,
         output_dir=output_dir.resolve(),

@@ -50,7 +50,7 @@ def _parallel(recipe: Recipe) -> ParallelConfig:
 def run_distributed(args: argparse.Namespace) -> int:
     """Run `args.command` on this rank of a `torchrun` job; see the module docstring."""
     recipe = recipe_from_args(args)
-    check_request_outputs(args, recipe)  # before the process group and the models
+    missing = check_request_outputs(args, recipe)  # before the process group and the models
     parallel = _parallel(recipe)
     signal.signal(signal.SIGTERM, _terminate)
     ctx = init_distributed(parallel.timeout_s, recipe.device)
@@ -66,7 +66,12 @@ def run_distributed(args: argparse.Namespace) -> int:
         runner = DistributedRef2VA(ctx, models, parallel)
         request = broadcast_request(ctx, recipe if ctx.rank == 0 else None, models)
         command = {"generate": _generate, "verify": _verify, "bench": _bench}[args.command]
-        return command(args, ctx, runner, request)
+        status = command(args, ctx, runner, request)
+        if ctx.rank == 0:  # rank 0 writes the outputs: it says which directories it made
+            for option, directory in missing:
+                if directory.is_dir():
+                    console.print(f"created the directory {directory} ({option})", markup=False)
+        return status
     except DistributedPreparationError as error:
         console.print(f"[red]error:[/] [rank {ctx.rank}] {error}", soft_wrap=True)
         return 1

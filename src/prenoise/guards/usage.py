@@ -3,16 +3,30 @@
 A value or path that cannot work is a :class:`UsageError`: one line naming the option, exit
 status 2. Output paths are checked up front, so a run never fails to write its result at its end
 (a directory where a file goes, an unwritable parent, an output that is one of the inputs).
+Writability is proven, not inferred: `os.access` says yes to root everywhere, also on `/proc`
+and read-only mounts, so the check also creates (and removes at once) a probe file in the
+directory, or a probe directory in the nearest existing ancestor. A missing parent directory is
+created when the result is written; :func:`missing_directory` records it up front, so the
+command can say what it created beside what it wrote.
 """
 
 from __future__ import annotations
 
+import errno
 import os
+import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from prenoise.guards.path_checks import path_problem
 
-__all__ = ["UsageError", "check_output_dir", "check_output_file", "check_outputs_are_not_inputs"]
+__all__ = [
+    "UsageError",
+    "check_output_dir",
+    "check_output_file",
+    "check_outputs_are_not_inputs",
+    "missing_directory",
+]
 
 
 class UsageError(ValueError):
@@ -28,8 +42,11 @@ def check_output_file(path: str | os.PathLike[str], option: str) -> Path:
     p = _os_path(path, option)
     if p.is_dir():
         raise UsageError(f"{option} {p}: is a directory; give a file path")
-    if p.exists() and not os.access(p, os.W_OK):
-        raise UsageError(f"{option} {p}: not writable")
+    if p.exists():
+        if not os.access(p, os.W_OK):
+            raise UsageError(f"{option} {p}: not writable")
+        if p.is_file():
+            _probe(option, p, lambda: os.close(os.open(p, os.O_WRONLY | os.O_APPEND)))
     _check_creatable(p.parent, option, p)
     return p
 
@@ -62,6 +79,40 @@ def _check_creatable(directory: Path, option: str, target: Path) -> None:
         raise UsageError(f"{option} {target}: {existing} is a file, not a directory")
     if not os.access(existing, os.W_OK | os.X_OK):
         raise UsageError(f"{option} {target}: directory {existing} is not writable")
+    if existing == directory:  # a file will be written in it
+
+        def probe() -> None:
+            fd, name = tempfile.mkstemp(dir=existing, prefix=".prenoise-write-check-")
+            os.close(fd)
+            os.unlink(name)
+
+    else:  # directories will be made in it
+
+        def probe() -> None:
+            os.rmdir(tempfile.mkdtemp(dir=existing, prefix=".prenoise-write-check-"))
+
+    _probe(option, target, probe, existing)
+
+
+def _probe(option: str, target: Path, probe: Callable[[], None], where: Path | None = None) -> None:
+    """Run `probe` (a write that leaves nothing behind); its `OSError` is a :class:`UsageError`."""
+    try:
+        probe()
+    except OSError as error:
+        reason = error.strerror or str(error)
+        if error.errno == errno.ENOENT and where is not None:  # /proc: the dir refuses new names
+            reason = "no file can be created there"
+        place = f"directory {where}" if where is not None else "the file"
+        raise UsageError(f"{option} {target}: {place} is not writable ({reason})") from None
+
+
+def missing_directory(
+    path: str | os.PathLike[str], option: str, *, is_dir: bool = False
+) -> tuple[str, Path] | None:
+    """`(option, directory)` when writing `path` will create `directory` (the file's parent, or
+    `path` itself when `is_dir`), so the command can say so once it has; None when it exists."""
+    directory = Path(path) if is_dir else Path(path).parent
+    return None if directory.exists() else (option, directory)
 
 
 def check_outputs_are_not_inputs(

@@ -6,7 +6,12 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from prenoise.guards.usage import check_output_dir, check_output_file, check_outputs_are_not_inputs
+from prenoise.guards.usage import (
+    check_output_dir,
+    check_output_file,
+    check_outputs_are_not_inputs,
+    missing_directory,
+)
 from prenoise.ref2va.config import Recipe, load_recipe, recipe_from_dict
 from prenoise.ref2va.limits import add_limit_arguments, limit_overrides
 
@@ -123,24 +128,32 @@ def generate_out_path(args: argparse.Namespace, recipe: Recipe) -> Path:
     return Path(args.out) if args.out else recipe.output_dir / f"{recipe.name}.mp4"
 
 
-def check_request_outputs(args: argparse.Namespace, recipe: Recipe) -> None:
+def check_request_outputs(args: argparse.Namespace, recipe: Recipe) -> list[tuple[str, Path]]:
     """Check every path a `generate`/`verify`/`bench` run will write (one process or torchrun):
     each output MP4 of `generate`, `--json` and `--trace-dir`. No output may be one of the
-    run's inputs (the recipe, a reference, a checkpoint file) or another output."""
+    run's inputs (the recipe, a reference, a checkpoint file) or another output.
+
+    Returns `(option, directory)` for each missing directory the run will create
+    (`prenoise.guards.usage.missing_directory`), for the command to say so when it has."""
     from prenoise.ref2va.pipeline import output_path
 
     outputs: list[tuple[str, Path]] = []
+    missing: list[tuple[str, Path] | None] = []
     if args.command == "generate":
         out = generate_out_path(args, recipe)
         option = "--out" if args.out else "output_dir"
         for index in range(recipe.outputs):
             outputs.append((option, check_output_file(output_path(out, index), option)))
+        missing.append(missing_directory(out, option))
     if getattr(args, "json", None):
         outputs.append(("--json", check_output_file(args.json, "--json")))
+        missing.append(missing_directory(args.json, "--json"))
     if getattr(args, "trace_dir", None):
         check_output_dir(args.trace_dir, "--trace-dir")
+        missing.append(missing_directory(args.trace_dir, "--trace-dir", is_dir=True))
     inputs = [("--recipe", Path(args.recipe))] if getattr(args, "recipe", None) else []
     inputs += [("reference", Path(spec.path)) for spec in recipe.references]
     if recipe.checkpoint is not None and Path(recipe.checkpoint).is_dir():
         inputs += [("checkpoint", p) for p in sorted(Path(recipe.checkpoint).iterdir())]
     check_outputs_are_not_inputs(outputs, inputs)
+    return list(dict.fromkeys(entry for entry in missing if entry is not None))

@@ -19,7 +19,12 @@ from functools import partial
 from typing import Any
 
 from prenoise.integrations.diffusers.modular.hook import block_watch
-from prenoise.integrations.diffusers.modular.plan import ModularPlan, block_path, state_values
+from prenoise.integrations.diffusers.modular.plan import (
+    ModularPlan,
+    PlanLater,
+    block_path,
+    state_values,
+)
 from prenoise.integrations.diffusers.modular.queue import CloneReplayQueue
 from prenoise.integrations.diffusers.modular.registry import modular_plan_for
 from prenoise.integrations.diffusers.patching import (
@@ -66,9 +71,8 @@ class _Watcher:
     def block_starts(self, block: Any, state: Any) -> None:
         path = block_path(block)
         if not self.triggered and path in self.plan.triggers:
-            self.triggered = True
             start = time.perf_counter()
-            self._plan(state_values(state))
+            self.triggered = self._plan(state_values(state))
             self.plan_s += time.perf_counter() - start
         confirm = self.plan.confirms.get(path)
         if confirm is not None and self.planned and path not in self.confirmed:
@@ -77,11 +81,14 @@ class _Watcher:
             if problem is not None:
                 self.queue.end(problem)
 
-    def _plan(self, values: Any) -> None:
+    def _plan(self, values: Any) -> bool:
+        """Plan and submit; False when the planner waits for a later trigger (`PlanLater`)."""
         try:
             gens = call_generators(values.get("generator"))
             try:
                 planned = self.plan.planner(self.pipe, values, gens)
+            except PlanLater:
+                return False
             except Unpredictable:
                 raise
             except Exception as error:
@@ -95,8 +102,9 @@ class _Watcher:
                 raise Unpredictable(str(error), "draw") from None
         except Unpredictable as why:
             self.reason, self.key = why.reason, why.key
-            return
+            return True
         self.planned = planned
+        return True
 
     def not_planned(self) -> tuple[str, str] | None:
         """(reason, key) when the call ran without a plan."""

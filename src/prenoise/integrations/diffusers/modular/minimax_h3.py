@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from prenoise.integrations.diffusers.modular.plan import ModularPlan
+from prenoise.integrations.diffusers.modular.plan import ModularPlan, declared_default
 from prenoise.integrations.diffusers.plan import PlannedDraw, Unpredictable
 
 __all__ = ["MINIMAX_H3", "PIPELINE_CLASS", "confirm_conditions", "plan_minimax_h3"]
@@ -50,6 +50,7 @@ TRIGGERS = frozenset(
     )
 )
 CONDITION_STEP = f"{DRAW_MODULE}.MiniMaxH3PrepareConditionLatentsStep"
+LAYOUT_STEP = f"{DRAW_MODULE}.MiniMaxH3PrepareLayoutStep"
 
 
 def _geometry() -> Any:
@@ -98,22 +99,6 @@ def _condition_shapes(pipe: Any, values: Mapping[str, Any]) -> list[tuple[str, t
     return []
 
 
-def _declared_num_frames(pipe: Any) -> int:
-    """The `num_frames` default a leaf block declares (t2va's layout step: 124)."""
-    pending = [getattr(pipe, "blocks", None)]
-    while pending:
-        block = pending.pop(0)
-        if block is None:
-            continue
-        pending.extend(getattr(block, "sub_blocks", {}).values())
-        if getattr(block, "sub_blocks", None):
-            continue
-        for param in block.inputs:
-            if param.name == "num_frames" and isinstance(param.default, int):
-                return param.default
-    raise Unpredictable("num_frames is None and no block declares a default", "num-frames")
-
-
 def _target_geometry(pipe: Any, values: Mapping[str, Any]) -> tuple[int, int, int, int]:
     """(latent frames, latent height, latent width, audio latents) as the layout steps resolve
     them: a missing canvas is MiniMax-H3's own 16:9 one, the frame count aligned up."""
@@ -130,8 +115,8 @@ def _target_geometry(pipe: Any, values: Mapping[str, Any]) -> tuple[int, int, in
             pipe.config.canvas_max_pixels,
         )
     num_frames = values.get("num_frames")
-    if num_frames is None:
-        num_frames = _declared_num_frames(pipe)
+    if num_frames is None:  # t2va: its layout step's own default
+        num_frames = declared_default(pipe, LAYOUT_STEP, "num_frames")
     if not isinstance(num_frames, int) or not isinstance(height, int) or not isinstance(width, int):
         raise Unpredictable("num_frames / height / width are not ints", "size-type")
     fpc, lpc = int(pipe.vae_frames_per_chunk), int(pipe.vae_latents_per_chunk)

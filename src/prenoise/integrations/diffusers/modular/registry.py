@@ -6,14 +6,16 @@ may draw differently, so it runs the plain call until a plan is registered for i
 
 from __future__ import annotations
 
-from prenoise.integrations.diffusers.modular.minimax_h3 import MINIMAX_H3
-from prenoise.integrations.diffusers.modular.minimax_h3 import PIPELINE_CLASS as MINIMAX_H3_CLASS
+from prenoise.integrations.diffusers.modular import hunyuan_video15, ltx2, minimax_h3, wan
 from prenoise.integrations.diffusers.modular.plan import ModularPlan
 
 __all__ = ["modular_plan_for", "register_modular_plan", "supported"]
 
 _PLANS: dict[str, ModularPlan] = {
-    MINIMAX_H3_CLASS: MINIMAX_H3,
+    minimax_h3.PIPELINE_CLASS: minimax_h3.MINIMAX_H3,
+    **dict.fromkeys(wan.PIPELINE_CLASSES, wan.WAN),
+    ltx2.PIPELINE_CLASS: ltx2.LTX2,
+    hunyuan_video15.PIPELINE_CLASS: hunyuan_video15.HUNYUAN_VIDEO15,
 }
 
 

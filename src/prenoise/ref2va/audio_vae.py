@@ -8,10 +8,28 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from torch import nn
 
 from prenoise.ref2va import geometry
-from prenoise.ref2va.initialization import build_on_meta, materialize_
+from prenoise.ref2va.initialization import build_on_meta, default_init, materialize_
 
 MAX_SAMPLE_RATE = 192_000
 """The highest waveform rate a config may give (Hz): studio audio's; a larger one is a typo."""
+
+
+OUTPUT_INIT_SCALE = 0.05
+"""How much smaller than the default init (`N(0, 1/fan_in)`) the decoder's last layer starts.
+
+Random weights (no checkpoint, as in `make demo`) make the decoded waveform noise. At the default
+init it went through `tanh` near saturation: full-scale white noise (RMS −4.6 dBFS), which AAC
+then decoded to peaks of +5.8 dBFS, a clipping blast for whoever pressed play. Scaled by 0.05 the
+noise plays at about −25 dBFS RMS with peaks near −10 dBFS (tests/ref2va/test_demo_media_levels.py
+measures the demo MP4). Only the random initialisation changes: a checkpoint loads its own
+weights, and no prepared field or denoise input depends on the audio decoder."""
+
+
+def _quiet_output(name: str, shape: tuple[int, ...], gen: torch.Generator) -> torch.Tensor | None:
+    """Init rule: the default, except the decoder's last weight, scaled by `OUTPUT_INIT_SCALE`."""
+    if name == "dec_out.weight":
+        return default_init(name, shape, gen) * OUTPUT_INIT_SCALE
+    return None
 
 
 class AudioVAEConfig(BaseModel):
@@ -57,8 +75,9 @@ class AudioVAE(nn.Module):
     def build(
         cls, config: AudioVAEConfig, seed: int = 0, device: torch.device | str = "cpu"
     ) -> AudioVAE:
-        """Build with deterministic weights from ``seed`` (the global RNG is untouched)."""
-        return materialize_(build_on_meta(lambda: cls(config)), seed, device)
+        """Build with deterministic weights from ``seed`` (the global RNG is untouched); the
+        decoder's output starts quiet (`OUTPUT_INIT_SCALE`)."""
+        return materialize_(build_on_meta(lambda: cls(config)), seed, device, _quiet_output)
 
     @property
     def device(self) -> torch.device:

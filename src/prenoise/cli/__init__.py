@@ -1,5 +1,5 @@
 """The `prenoise` command line: `main` (the console script, `prenoise.cli:main`), each command's
-wiring (`commands`), argument checks (`args`), `doctor` and `demo`."""
+wiring (`commands`), the parser (`parser`), argument checks (`args`), `doctor` and `demo`."""
 
 from prenoise.cli.commands import main
 

@@ -80,16 +80,18 @@ def test_unknown_subclass_falls_through(tiny: Any, caplog: pytest.LogCaptureFixt
     assert_same_states(pg, og)
 
 
-def test_untested_diffusers_version_falls_through(
+def test_an_unreviewed_version_string_with_the_reviewed_code_is_overlapped(
     tiny: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Support is decided by the source digests (`digests.py`), not by the version string:
+    test_diffusers_dev_release.py runs a real 0.43.0.dev0 copy, and a changed function."""
     import diffusers
 
     monkeypatch.setattr(diffusers, "__version__", "0.99.0")
     pg, og = generators([4]), generators([4])
     plain = tiny("flux")(generator=pg[0], **call_kwargs("flux"))
     out, report = overlapped_call_with_report(tiny("flux"), generator=og[0], **call_kwargs("flux"))
-    assert not report.overlapped and "0.99.0 is untested" in str(report.reason)
+    assert report.overlapped and report.served == 1 and report.reason is None
     assert_bitwise_equal(output_tensor(plain), output_tensor(out))
     assert_same_states(pg, og)
 

@@ -28,8 +28,8 @@ from diffusers_tiny import (
 )
 
 from prenoise.integrations.diffusers import disable, enable, overlapped_call_with_report, raw_draws
-from prenoise.integrations.diffusers.call import _plain_in_stream
 from prenoise.integrations.diffusers.enabling import original_class
+from prenoise.integrations.diffusers.streams import plain_in_stream as _plain_in_stream
 from prenoise.noise import streams as noise_streams
 from prenoise.noise.stream_mode import draws_in_stream
 from prenoise.noise.streams import NoiseStreamError
@@ -133,19 +133,26 @@ def test_a_plain_fall_through_call_draws_it_in_the_stream_too(
     assert_outputs_bitwise_equal(expected, output)
 
 
-def test_an_untested_diffusers_version_still_draws_it_in_the_stream(
+def test_a_class_plain_for_other_changed_code_still_draws_it_in_the_stream(
     tiny: Any, enabled: Callable[[str], Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import diffusers
+    """The class runs plain (its `prepare_latents` is not the reviewed code), the window's own
+    code (`__call__`, `_denormalize_latents`) is: the decode noise is drawn in the stream."""
+    from prenoise.integrations.diffusers import digests
 
     pipe = tiny(NAME)
     kwargs = call_kwargs(NAME)
     eg, og = generators([13]), generators([13])
     expected = all_in_stream(pipe, "libm", eg[0], kwargs)
     enabled("libm")
-    monkeypatch.setattr(diffusers, "__version__", "0.99.0")
+    changed = {k: dict(v) for k, v in digests._reviewed.items()}
+    key = "diffusers.pipelines.ltx.pipeline_ltx_image2video:LTXImageToVideoPipeline.prepare_latents"
+    changed[key] = {"0123456789ab": ("0.42.1",)}
+    monkeypatch.setattr(digests, "_reviewed", changed)
+    monkeypatch.setattr(digests, "_problems", {})
     output, report = overlapped_call_with_report(pipe, generator=og[0], **kwargs)
-    assert not report.overlapped and report.raw_in_stream == 1
+    assert not report.overlapped and "LTXImageToVideoPipeline.prepare_latents" in str(report.reason)
+    assert report.raw_in_stream == 1
     assert_outputs_bitwise_equal(expected, output)
     assert_same_states(eg, og)
 

@@ -19,8 +19,8 @@ from diffusers_tiny import (
 )
 
 from prenoise.integrations.diffusers import disable, enable, overlapped_call_with_report
-from prenoise.integrations.diffusers.call import _plain_in_stream
 from prenoise.integrations.diffusers.enabling import original_class
+from prenoise.integrations.diffusers.streams import plain_in_stream as _plain_in_stream
 
 LOCAL_X86 = torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")
 

@@ -22,9 +22,9 @@ from diffusers.utils.torch_utils import randn_tensor
 
 from bitwise import bitwise_equal, same_state
 from prenoise.integrations.diffusers import call as call_module
+from prenoise.integrations.diffusers import digests, registry
 from prenoise.integrations.diffusers import plan as plan_module
 from prenoise.integrations.diffusers import queue as queue_module
-from prenoise.integrations.diffusers import registry
 from prenoise.integrations.diffusers import report as report_module
 from prenoise.integrations.diffusers.patching import _dispatch, active_replay, replay_context
 from prenoise.integrations.diffusers.plan import PlannedDraw, Unpredictable
@@ -697,14 +697,125 @@ def test_unpredictable_calls(
     assert warned(caplog) == [warning_for(reason)]
 
 
-def test_untested_version(pipe: FakePipe, caplog: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(diffusers, "__version__", "0.1.0")
-    _, report = plain_report(pipe, caplog, generator=gen())
+def test_the_version_string_decides_nothing(
+    pipe: FakePipe, caplog: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An unreviewed version string (diffusers' main branch) with the reviewed code: planned."""
+    for version in ("0.43.0.dev0", "0.1.0"):
+        monkeypatch.setattr(diffusers, "__version__", version)
+        out, report = call_module.overlapped_call_with_report(pipe, generator=gen(30))
+        assert report.overlapped and report.served == 2
+        assert all(bitwise_equal(a, b) for a, b in zip(out, pipe(generator=gen(30)), strict=True))
+
+
+@pytest.fixture
+def fresh_digests(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The digest gate with its tables copied and its verdicts forgotten (restored after)."""
+    monkeypatch.setattr(digests, "_reviewed", {k: dict(v) for k, v in digests._reviewed.items()})
+    monkeypatch.setattr(digests, "_explicit", dict(digests._explicit))
+    monkeypatch.setattr(digests, "_problems", {})
+    return digests
+
+
+def test_changed_code_runs_plain_naming_the_function(
+    pipe: FakePipe, caplog: Any, fresh_digests: Any
+) -> None:
+    key = f"{FakePipe.__module__}:FakePipe.__call__"
+    installed = fresh_digests.installed_digest(key)
+    fresh_digests.register_reviewed_code(PATH, {key: {"0123456789ab": ("0.42.1",)}})
+    out, report = plain_report(pipe, caplog, generator=gen(30))
     reason = (
-        "diffusers 0.1.0 is untested (plans checked on ['0.40.0', '0.41.0', '0.42.0', '0.42.1'])"
+        f"diffusers code differs from the reviewed code: FakePipe.__call__ ({FakePipe.__module__})"
+        f" changed: digest {installed}, reviewed 0123456789ab (0.42.1)"
     )
     assert report.reason == reason and warned(caplog) == [warning_for(reason)]
-    assert report_module._logged == {("FakePipe", "version")}
+    assert report_module._logged == {("FakePipe", "changed-code")}
+    assert all(bitwise_equal(a, b) for a, b in zip(out, pipe(generator=gen(30)), strict=True))
+    fresh_digests.register_reviewed_code(PATH, {key: {installed: ("0.43.0.dev0",)}})
+    assert call_module.overlapped_call_with_report(pipe, generator=gen(30))[1].overlapped
+
+
+def test_enable_decides_and_warns_once_at_enable(
+    pipe: FakePipe, caplog: Any, fresh_digests: Any
+) -> None:
+    from prenoise.integrations.diffusers import disable, enable
+
+    key = f"{FakePipe.__module__}:FakePipe.__call__"
+    fresh_digests.register_reviewed_code(PATH, {key: {"0123456789ab": ("0.42.1",)}})
+    with caplog.at_level(logging.INFO, logger=LOGGER):
+        enable(pipe)
+        assert len(warned(caplog)) == 1 and "FakePipe.__call__" in warned(caplog)[0]
+        out = pipe(generator=gen(30))  # plain: the same warning is not repeated
+        enable(pipe)
+    disable(pipe)
+    assert len(warned(caplog)) == 1 and report_module._logged == {("FakePipe", "changed-code")}
+    assert all(bitwise_equal(a, b) for a, b in zip(out, pipe(generator=gen(30)), strict=True))
+
+
+def test_a_changed_scheduler_step_draws_per_step_noise_plainly(
+    caplog: Any, fresh_digests: Any
+) -> None:
+    from diffusers import CogVideoXDPMScheduler
+
+    from prenoise.integrations.diffusers import step_noise
+
+    scheduler = CogVideoXDPMScheduler()
+    scheduler.set_timesteps(3)
+    pipe = types.SimpleNamespace(prepare_extra_step_kwargs=lambda *a: {})
+    assert step_noise.expected_step_draws(scheduler) == 4
+    assert step_noise.draws_in_this_call(pipe, scheduler, None)
+    key = "diffusers.schedulers.scheduling_dpm_cogvideox:CogVideoXDPMScheduler.step"
+    fresh_digests._reviewed[key] = {"0123456789ab": ("0.42.1",)}
+    fresh_digests._problems.clear()  # the verdicts are cached per process
+    with caplog.at_level(logging.INFO, logger=LOGGER):
+        assert step_noise.expected_step_draws(scheduler) is None
+        assert not step_noise.draws_in_this_call(pipe, scheduler, None)
+    (message,) = warned(caplog)
+    assert message.startswith(
+        "prenoise: CogVideoXDPMScheduler: per-step noise drawn in the loop (diffusers code "
+        "differs from the reviewed code: CogVideoXDPMScheduler.step "
+        "(diffusers.schedulers.scheduling_dpm_cogvideox) changed: digest "
+    )
+
+
+def test_a_changed_raw_draw_window_refuses_the_stream_call(fresh_digests: Any) -> None:
+    from diffusers import LTXImageToVideoPipeline
+
+    from prenoise.integrations.diffusers.raw_draws import call_window
+
+    vae = types.SimpleNamespace(config=types.SimpleNamespace(timestep_conditioning=True))
+    pipe = types.SimpleNamespace(vae=vae)
+    assert call_window(LTXImageToVideoPipeline, pipe, "native") is None
+    key = f"{LTXImageToVideoPipeline.__module__}:LTXImageToVideoPipeline._denormalize_latents"
+    fresh_digests._reviewed[key] = {"0123456789ab": ("0.42.1",)}
+    fresh_digests._problems.clear()  # the verdicts are cached per process
+    with pytest.raises(noise_streams.NoiseStreamError) as refused:
+        call_window(LTXImageToVideoPipeline, pipe, "x86")
+    assert str(refused.value).startswith(
+        "LTXImageToVideoPipeline: its decode noise (a raw torch.randn) cannot be drawn in noise "
+        "stream 'x86': diffusers code differs from the reviewed code: "
+        "LTXImageToVideoPipeline._denormalize_latents (diffusers.pipelines.ltx."
+        "pipeline_ltx_image2video) changed: digest "
+    )
+    assert str(refused.value).endswith("refusing rather than drawing it natively")
+
+
+def test_a_modular_plan_is_gated_by_its_reviewed_code(fresh_digests: Any) -> None:
+    from diffusers.modular_pipelines.minimax_h3.modular_pipeline import MiniMaxH3ModularPipeline
+
+    from prenoise.integrations.diffusers.modular import call as modular_call
+
+    plan, reason, key = modular_call._unplannable(MiniMaxH3ModularPipeline)
+    assert plan is not None and reason is None and key is None
+    changed = "diffusers.modular_pipelines.minimax_h3.encoders:encode_vae_condition"
+    fresh_digests._reviewed[changed] = {"0123456789ab": ("0.42.1",)}
+    fresh_digests._problems.clear()  # the verdicts are cached per process
+    plan, reason, key = modular_call._unplannable(MiniMaxH3ModularPipeline)
+    assert plan is None and key == "changed-code"
+    assert reason.startswith(
+        "diffusers code differs from the reviewed code: encode_vae_condition "
+        "(diffusers.modular_pipelines.minimax_h3.encoders) changed: digest "
+    )
 
 
 def test_nested_call(pipe: FakePipe, caplog: Any) -> None:

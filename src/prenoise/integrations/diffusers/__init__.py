@@ -13,8 +13,10 @@ lists the modular classes with a plan.
 
 Unpredictable calls run the plain call; the reason is a warning (once per pipeline class and
 reason) on the logger "prenoise.integrations.diffusers", and active overlap is said once per class
-at INFO. Supported: diffusers 0.40.0, 0.41.0, 0.42.0 and 0.42.1 (`TESTED_DIFFUSERS_VERSIONS`);
-any other version runs every call plain.
+at INFO. Supported: any diffusers whose code each plan relies on is the reviewed code, by source
+digest (`digests.py`; reviewed on 0.40.0, 0.41.0, 0.42.0 and 0.42.1, `TESTED_DIFFUSERS_VERSIONS`),
+whatever its version string says (diffusers' main branch included); a class with a changed
+function runs plain, and the warning names the function.
 """
 
 from prenoise.integrations.diffusers.call import (

@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from prenoise.integrations.diffusers.digests import class_code_problem
 from prenoise.integrations.diffusers.patching import (
     PATCHED_NAME,
     active_replay,
@@ -38,7 +39,7 @@ from prenoise.integrations.diffusers.pipeline_class import (
 from prenoise.integrations.diffusers.plan import PlannedDraw, Unpredictable, call_generators
 from prenoise.integrations.diffusers.queue import ReplayQueue
 from prenoise.integrations.diffusers.raw_draws import CallWindow, active_window, call_window
-from prenoise.integrations.diffusers.registry import TESTED_DIFFUSERS_VERSIONS, planner_for
+from prenoise.integrations.diffusers.registry import planner_for
 from prenoise.integrations.diffusers.report import (
     CallReport,
     first_time,
@@ -61,6 +62,9 @@ __all__ = ["CallReport", "overlapped_call", "overlapped_call_with_report", "plan
 
 logger = logging.getLogger("prenoise.integrations.diffusers")
 
+CHANGED_CODE = "changed-code"
+"""The warn-once key of a class whose relied-on diffusers code is not the reviewed code."""
+
 
 def plan_call(pipe: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> list[PlannedDraw]:
     """The draws `pipe(*args, **kwargs)` will make, in order; `Unpredictable` if not safe.
@@ -78,19 +82,17 @@ def plan_call(pipe: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> list[Pl
 def _plan_with_arguments(
     pipe: Any, args: Sequence[Any], kwargs: dict[str, Any]
 ) -> tuple[list[PlannedDraw], dict[str, Any]]:
-    """`plan_call`, also returning the bound call arguments (defaults applied) it planned from."""
-    import diffusers
+    """`plan_call`, also returning the bound call arguments (defaults applied) it planned from.
 
+    Whatever `diffusers.__version__` says, the class is planned only where the installed code
+    its plan relies on is the reviewed code (`digests.class_code_problem`, once per class)."""
     cls = original_class(pipe)
-    if diffusers.__version__ not in TESTED_DIFFUSERS_VERSIONS:
-        raise Unpredictable(
-            f"diffusers {diffusers.__version__} is untested "
-            f"(plans checked on {sorted(TESTED_DIFFUSERS_VERSIONS)})",
-            "version",
-        )
     planner = planner_for(cls)
     if planner is None:
         raise Unpredictable(f"no noise plan for {cls.__module__}.{cls.__qualname__}", "class")
+    changed = class_code_problem(cls)
+    if changed is not None:
+        raise Unpredictable(changed, CHANGED_CODE)
     if active_replay() is not None:
         raise Unpredictable("nested inside another overlapped call", "nested")
     signature = inspect.signature(cls.__call__)
@@ -251,8 +253,9 @@ def overlapped_call(pipe: Any, *args: Any, **kwargs: Any) -> Any:
     call leaves them in (also when the call raises). The global RNG is not touched beyond what
     the plain call does. Calls that cannot be predicted safely — `generator=None`, the default
     generator (`torch.manual_seed(seed)`'s return value, which other code on the calling thread
-    also draws from), non-CPU generators, caller-supplied `latents`, unknown classes, untested
-    diffusers versions — run the plain call, and the reason is warned once per pipeline class on
+    also draws from), non-CPU generators, caller-supplied `latents`, unknown classes, a class
+    whose relied-on diffusers code is not the reviewed code (`digests.py`; the warning names the
+    changed function) — run the plain call, and the reason is warned once per pipeline class on
     "prenoise.integrations.diffusers". `pipe` must be a diffusers pipeline instance (`TypeError`
     otherwise).
     """

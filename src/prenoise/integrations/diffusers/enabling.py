@@ -103,6 +103,10 @@ def enable(
     `steps_ahead=0` draws them in the loop as the plain call does. The values are the plain
     call's either way. `ValueError` for a negative limit.
 
+    Whether the class's plan may be used here is decided now, once per class, from the source
+    digests of the diffusers code it relies on (`digests.py`), whatever `diffusers.__version__`
+    says; a changed function is warned once, naming it, and the class's calls run plain.
+
     A diffusers `ModularPipeline` (e.g. `MiniMaxH3Blocks().init_pipeline(...)`) is accepted with
     the same contract (`integrations.diffusers.modular`): its initial draws are prepared ahead
     and `stream` covers every `randn_tensor` draw of its calls. Per-step sampler noise is not
@@ -110,6 +114,7 @@ def enable(
     defaults are refused there with a warning saying so.
     """
     check_pipeline(pipe, "enable")
+    _check_code_once(pipe)
     from prenoise.integrations.diffusers.step_noise import LIMITS_ATTR, LookaheadLimits
     from prenoise.integrations.diffusers.streams import STREAM_ATTR
     from prenoise.noise import streams as noise_streams
@@ -136,6 +141,26 @@ def enable(
     if not is_enabled(pipe):
         pipe.__class__ = _overlapped_subclass(type(pipe))
     return pipe
+
+
+def _check_code_once(pipe: Any) -> None:
+    """Whether the diffusers code the class's plan relies on is the reviewed code, computed here
+    once per class (`digests.py`); a changed function is warned now, once, with the same key
+    the call's plain fall-through uses (so it is not warned again)."""
+    from prenoise.integrations.diffusers.digests import class_code_problem, modular_code_problem
+    from prenoise.integrations.diffusers.report import log_once
+
+    cls = original_class(pipe)
+    if is_modular(pipe):
+        from prenoise.integrations.diffusers.modular.registry import modular_plan_for
+
+        changed = modular_code_problem(cls) if modular_plan_for(cls) is not None else None
+    else:
+        from prenoise.integrations.diffusers.registry import planner_for
+
+        changed = class_code_problem(cls) if planner_for(cls) is not None else None
+    if changed is not None:
+        log_once(cls.__name__, "changed-code", changed)
 
 
 def torch_float32() -> Any:

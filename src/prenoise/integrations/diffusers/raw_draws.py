@@ -8,7 +8,8 @@ passing everything after them through untouched; it is left when the call return
 The mode costs ~2 µs per torch op while entered, so a window opens only where the draw follows,
 never around the denoising loop.
 
-Covered, diffusers 0.40.0–0.42.1 (the code around each draw is the same in all four releases):
+Covered, diffusers 0.40.0–0.42.1 and any diffusers with the same code around the draw (the
+same in all four releases):
 
 - `LTXImageToVideoPipeline`: the decode noise, `torch.randn(latents.shape, generator=generator,
   device=device, dtype=latents.dtype)` inline in `__call__` right after `_denormalize_latents`,
@@ -30,11 +31,14 @@ context variable), pickled with the class, and independent between concurrent ca
 pipeline (the torch function mode is thread-local). Each call of the `after` method (a step
 callback may call it too) restarts the budget, so the draw after its last call is served.
 
-A window is armed on every diffusers version, also one outside `TESTED_DIFFUSERS_VERSIONS`
-(where the call itself runs plain): drawing a standard-normal draw in the stream keeps the
-stream's promise whatever the draw is, leaving it to local torch would not. Where the enabled
-class has no opening wrapper (the `after` method is missing or of another kind) an armed window
-could not open: the call raises `NoiseStreamError` before it runs, never silently native.
+A window is armed wherever its class's `__call__` (which makes the draw) and `after` method
+are the reviewed code (`digests.window_code_problem`), whatever `diffusers.__version__` says,
+also where the call itself runs plain (another function its plan relies on changed): drawing a
+standard-normal draw in the stream keeps the stream's promise, leaving it to local torch would
+not. Where either is not the reviewed code, the window could miss its draw or serve another
+one, and where the enabled class has no opening wrapper (the `after` method is missing or of
+another kind) it could not open: in both cases the call raises `NoiseStreamError` before it
+runs (naming the changed function), never silently native.
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ from typing import Any
 
 import torch
 
+from prenoise.integrations.diffusers.digests import window_code_problem
 from prenoise.noise import streams as noise_streams
 from prenoise.noise.stream_mode import StreamDrawMode
 from prenoise.noise.streams import NoiseStreamError
@@ -158,13 +163,20 @@ def call_window(cls: type, pipe: Any, stream: str) -> CallWindow | None:
     """The window a call of `pipe` (class `cls`) in `stream` arms, or None.
 
     None for the native stream, a class without a covered raw draw, or a call that will not
-    make it. `NoiseStreamError` (before the call runs) when the stream is refused or the
-    window could not open because `type(pipe)` lacks the opening wrapper.
+    make it. `NoiseStreamError` (before the call runs) when the stream is refused, the code
+    around the draw is not the reviewed code, or the window could not open because
+    `type(pipe)` lacks the opening wrapper.
     """
     window = _WINDOWS.get(_path(cls))
     if window is None or stream == noise_streams.NATIVE or not window.armed(pipe):
         return None
     noise_streams.require_usable(stream)  # a refused stream raises before the call runs
+    changed = window_code_problem(cls, window.after)
+    if changed is not None:
+        raise NoiseStreamError(
+            f"{cls.__name__}: its {window.what} (a raw torch.randn) cannot be drawn in noise "
+            f"stream {stream!r}: {changed}; refusing rather than drawing it natively"
+        )
     opener = inspect.getattr_static(type(pipe), window.after, None)
     if not getattr(getattr(opener, "__func__", opener), _OPENS, False):
         raise NoiseStreamError(

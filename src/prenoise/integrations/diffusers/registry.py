@@ -1,8 +1,10 @@
-"""Which pipeline classes have a noise plan, and which diffusers versions the plans were tested on.
+"""Which pipeline classes have a noise plan.
 
 Classes are matched exactly (module and qualified name): a subclass may draw differently, so it
 runs the plain call until a plan is registered for it. Only plans tested bitwise against the plain
-call on tiny pipelines are registered.
+call on tiny pipelines are registered. A registered plan is used only where the diffusers code it
+relies on is the reviewed code (`digests.py`; `TESTED_DIFFUSERS_VERSIONS`, re-exported here, are
+the releases the digests were reviewed on).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from typing import Any
 
 import torch
 
+from prenoise.integrations.diffusers.digests import TESTED_DIFFUSERS_VERSIONS
 from prenoise.integrations.diffusers.pipelines.allegro import plan_allegro
 from prenoise.integrations.diffusers.pipelines.animatediff import (
     plan_animatediff,
@@ -65,11 +68,6 @@ from prenoise.integrations.diffusers.plan import BoundCall, PlannedDraw
 
 __all__ = ["TESTED_DIFFUSERS_VERSIONS", "Planner", "planner_for", "register_plan", "supported"]
 
-TESTED_DIFFUSERS_VERSIONS = frozenset({"0.40.0", "0.41.0", "0.42.0", "0.42.1"})
-"""The diffusers releases whose draw code the plans were checked on: every release from 0.40.0
-(vLLM-Omni 0.30.0's pin) to 0.42.1, as exact versions (a later patch release falls through until
-it is checked). The plans are the same on all four (tests/integrations/test_diffusers_versions.py
-records the reviewed source digests); `make test` runs the bitwise tests on 0.40.0 and 0.42.1."""
 
 Planner = Callable[[Any, BoundCall, tuple[torch.Generator, ...]], list[PlannedDraw]]
 
@@ -152,7 +150,11 @@ def planner_for(cls: type) -> Planner | None:
 
 
 def register_plan(class_path: str, planner: Planner) -> None:
-    """Register (or replace) the plan of the class at `module.QualName`."""
+    """Register (or replace) the plan of the class at `module.QualName`.
+
+    Its calls are gated by the digests of the code it relies on (`digests.relied_on`): with none
+    recorded for the class, only `reviewed.COMMON` (`randn_tensor`, the VAE posterior); record
+    the rest with `digests.register_reviewed_code(class_path, {...})`."""
     _PLANS[class_path] = planner
 
 

@@ -48,6 +48,8 @@ from typing import Any
 
 import torch
 
+from prenoise.integrations.diffusers.digests import step_code_problem
+from prenoise.integrations.diffusers.report import first_time
 from prenoise.preparation.draws import Draw, HalfDrawRule, run_draw
 from prenoise.preparation.executor import PreparationExecutor
 
@@ -125,22 +127,38 @@ STEP_DRAWS: dict[str, Callable[[torch.Tensor], int]] = {
 }
 """Schedulers whose `step` draws one tensor of the sample's shape per draw, with the number of
 draws per call from their timesteps (read in their `step` source, the same on diffusers
-0.40.0-0.42.1: its digests are pinned in tests/integrations/test_diffusers_versions.py). A wrong
-count costs only work, never bits: past it the look-ahead ends and draws plainly, short of it the
-prepared rest is discarded. Only the draws of a
-stochastic configuration exist (DDIM and TCD with `eta > 0`, DPM-Solver's SDE algorithms,
+0.40.0-0.42.1). A scheduler counts only where its installed `step` is the reviewed code
+(`digests.step_code_problem`, `reviewed.py`; else its draws stay plain, warned once naming
+`step`). A wrong count costs only work, never bits: past it the look-ahead ends and draws
+plainly, short of it the prepared rest is discarded. Only the draws of a stochastic
+configuration exist (DDIM and TCD with `eta > 0`, DPM-Solver's SDE algorithms,
 `stochastic_sampling=True`): a deterministic one makes none, and nothing starts. Any other
 scheduler's draws (KDPM2-ancestral's sub-steps, torchsde's Brownian tree) are left plain."""
 
 
+def _reviewed_count(cls: type) -> Callable[[torch.Tensor], int] | None:
+    """`STEP_DRAWS`' count of scheduler class `cls` where its `step` is the reviewed code (a
+    changed `step` is warned once per class and counts as not in `STEP_DRAWS`)."""
+    count = STEP_DRAWS.get(f"{cls.__module__}.{cls.__qualname__}")
+    if count is None:
+        return None
+    changed = step_code_problem(cls)
+    if changed is None:
+        return count
+    if first_time(cls.__qualname__, "changed-code"):
+        logger.warning(
+            "prenoise: %s: per-step noise drawn in the loop (%s)", cls.__qualname__, changed
+        )
+    return None
+
+
 def expected_step_draws(scheduler: Any) -> int | None:
     """How many draws `scheduler` makes in a whole denoising loop, if it is in `STEP_DRAWS`
-    and its timesteps are set; None otherwise. A loop that starts later (`set_begin_index`, as
-    image- and video-to-video pipelines call it for `strength < 1`) is counted from there; one
-    that slices its timesteps without telling the scheduler is over-counted (the surplus is
-    prepared and discarded: `unused`)."""
-    cls = type(scheduler)
-    count = STEP_DRAWS.get(f"{cls.__module__}.{cls.__qualname__}")
+    (with its `step` the reviewed code) and its timesteps are set; None otherwise. A loop that
+    starts later (`set_begin_index`, as image- and video-to-video pipelines call it for
+    `strength < 1`) is counted from there; one that slices its timesteps without telling the
+    scheduler is over-counted (the surplus is prepared and discarded: `unused`)."""
+    count = _reviewed_count(type(scheduler))
     timesteps = getattr(scheduler, "timesteps", None)
     if count is None or not isinstance(timesteps, torch.Tensor):
         return None
@@ -172,10 +190,9 @@ def draws_in_this_call(pipe: Any, scheduler: Any, eta: object) -> bool:
     if not callable(getattr(pipe, "prepare_extra_step_kwargs", None)):
         return False
     cls = type(scheduler)
-    name = f"{cls.__module__}.{cls.__qualname__}"
-    if name not in STEP_DRAWS:
+    if _reviewed_count(cls) is None:
         return False
-    short = name.removeprefix(_SCHEDULERS)
+    short = f"{cls.__module__}.{cls.__qualname__}".removeprefix(_SCHEDULERS)
     config = getattr(scheduler, "config", None)
     if short in _ETA_DRAWS:
         return isinstance(eta, int | float) and eta > 0
@@ -372,8 +389,10 @@ class StepLookahead:
         expected = expected_step_draws(self._scheduler)
         if expected is None:
             cls = type(self._scheduler)
+            known = f"{cls.__module__}.{cls.__qualname__}" in STEP_DRAWS
             self._end_locked(
-                f"scheduler {cls.__qualname__} is not known to draw a plannable "
+                (step_code_problem(cls) if known else None)
+                or f"scheduler {cls.__qualname__} is not known to draw a plannable "
                 "sequence (STEP_DRAWS)"
             )
             return

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+from prenoise.integrations.diffusers.digests import modular_code_problem
 from prenoise.integrations.diffusers.modular.hook import block_watch
 from prenoise.integrations.diffusers.modular.plan import (
     ModularPlan,
@@ -36,7 +37,6 @@ from prenoise.integrations.diffusers.patching import (
 )
 from prenoise.integrations.diffusers.pipeline_class import original_class
 from prenoise.integrations.diffusers.plan import PlannedDraw, Unpredictable, call_generators
-from prenoise.integrations.diffusers.registry import TESTED_DIFFUSERS_VERSIONS
 from prenoise.integrations.diffusers.report import (
     CallReport,
     first_time,
@@ -126,18 +126,16 @@ def _check_draw_modules(planned: Sequence[PlannedDraw]) -> None:
 
 
 def _unplannable(cls: type) -> tuple[ModularPlan | None, str | None, str | None]:
-    """The class's plan, or why the call runs plain before it starts (reason, key)."""
-    import diffusers
+    """The class's plan, or why the call runs plain before it starts (reason, key).
 
-    if diffusers.__version__ not in TESTED_DIFFUSERS_VERSIONS:
-        reason = (
-            f"diffusers {diffusers.__version__} is untested "
-            f"(plans checked on {sorted(TESTED_DIFFUSERS_VERSIONS)})"
-        )
-        return None, reason, "version"
+    Whatever `diffusers.__version__` says, a plan is used only where the installed code it
+    relies on is the reviewed code (`digests.modular_code_problem`, once per class)."""
     plan = modular_plan_for(cls)
     if plan is None:
         return None, f"no noise plan for {cls.__module__}.{cls.__qualname__}", "class"
+    changed = modular_code_problem(cls)
+    if changed is not None:
+        return None, changed, "changed-code"
     if active_replay() is not None:
         return None, "nested inside another overlapped call", "nested"
     return plan, None, None

@@ -103,7 +103,12 @@ class _FakePipeline:
         self.overlapped_value = overlapped_value
 
     def prepare_outputs(
-        self, recipe: object, arm: str = "overlapped", *, keep_noise: bool = False
+        self,
+        recipe: object,
+        arm: str = "overlapped",
+        *,
+        keep_noise: bool = False,
+        tracer: object = None,
     ) -> tuple[list[PreparedOutput], list[PredictionEvent]]:
         assert keep_noise
         self.arms.append(arm)

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.markup import escape
@@ -22,6 +24,9 @@ from prenoise.cli.args import (
 )
 from prenoise.cli.parser import DEBUG_ENV_VAR, build_parser
 from prenoise.ref2va.cli_options import check_request_outputs, generate_out_path
+
+if TYPE_CHECKING:
+    from prenoise.observe.attribution import Timing
 
 __all__ = ["build_parser", "main"]
 
@@ -217,7 +222,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     from prenoise.ref2va.cli_options import load_models, recipe_from_args
     from prenoise.ref2va.pipeline import Ref2VAPipeline
     from prenoise.ref2va.request_budget import check_request
-    from prenoise.ref2va.verification import verify_recipe
+    from prenoise.ref2va.verification import NOISE_FIELDS, verify_recipe, verify_timing
 
     recipe = recipe_from_args(args)
     missing = check_request_outputs(args, recipe)
@@ -225,22 +230,60 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     with console.status("preparing the request with both arms…"):
         pipeline = Ref2VAPipeline(load_models(recipe), device=recipe.device)
         result = verify_recipe(pipeline, recipe)
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(result.to_json(), indent=2))
+    report = result.to_json()
     table = Table(title=f"{recipe.name}: serial vs overlapped")
     for column in ("field", "equal", "shape", "sha256 (serial)"):
         table.add_column(column)
-    for name, entry in result.to_json()["fields"].items():
+    for name, entry in report["fields"].items():
         mark = "[green]yes[/]" if entry["equal"] else f"[red]NO[/] {entry['differences']}"
         table.add_row(name, mark, str(entry.get("shape", "")), entry.get("sha256", "")[:16])
     console.print(table)
+    timing = verify_timing(result)
+    if args.pairs and result.equal:  # timing arms that differ would compare different work
+        from prenoise.ref2va.bench import BenchConfig, bench_timing, run_bench
+
+        with console.status("timing alternating pairs…") as status:
+            config = BenchConfig(args.pairs, warmup=0)
+            summary = run_bench(pipeline, recipe, config, on_request=status.update).summary
+        timing = bench_timing(summary)
+        report["paired_timings"] = {
+            k: summary[k] for k in ("pairs", "serial", "overlapped", "delta")
+        }
+    if timing is not None:
+        noise = sum(
+            math.prod(entry.get("shape", ()))
+            for name, entry in report["fields"].items()
+            if name.rpartition(".")[2] in NOISE_FIELDS
+        )
+        console.print(_timing_table(recipe.name, timing, noise))
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(report, indent=2))
     style = "green" if result.equal else "red"
     console.print(f"[{style}]{result.summary()}[/]")
     if args.json:
         _print_created(missing)
         console.print(f"wrote the per-field report to [bold]{args.json}[/]", soft_wrap=True)
     return 0 if result.equal else 1
+
+
+def _timing_table(name: str, timing: Timing, noise_values: int) -> Table:
+    """Noise on the request thread and preparation window of one request, serial vs
+    overlapped, captioned with what of the difference is prenoise's (`WindowAttribution`)."""
+    caption = timing.attribution.sentence()
+    if timing.attribution.drift:
+        caption = f"[yellow]{caption}[/]"
+    caption = f"{noise_values / 1e6:.2f}M noise values; {caption}"
+    table = Table(title=f"{name}: {timing.runs}", caption=caption, caption_justify="left")
+    for column in ("ms", "serial", "overlapped", "saved"):
+        table.add_column(column, justify="left" if column == "ms" else "right")
+    attribution = timing.attribution
+    for label, (a, b), saved in (
+        ("noise on the request thread", timing.noise_s, attribution.noise_moved_s),
+        ("preparation window", timing.window_s, attribution.window_saved_s),
+    ):
+        table.add_row(label, f"{a * 1e3:.1f}", f"{b * 1e3:.1f}", f"{saved * 1e3:.1f}")
+    return table
 
 
 def _bench_table(summary: dict[str, object]) -> Table:

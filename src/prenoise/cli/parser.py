@@ -67,6 +67,15 @@ def build_parser() -> argparse.ArgumentParser:
     ver = sub.add_parser("verify", help="prove both arms prepare bitwise-identical inputs")
     add_request_arguments(ver)
     ver.add_argument("--json", help="write the per-field report here")
+    ver.add_argument(
+        "--pairs",
+        type=at_least(0),
+        default=0,
+        metavar="N",
+        help="after the check, time N alternating serial/overlapped pairs of the same request "
+        "(as prenoise bench) and show their medians; 0: the checked runs' own timing, one run "
+        "per arm",
+    )
 
     bench = sub.add_parser("bench", help="alternating serial/overlapped pairs, same process")
     add_request_arguments(bench)

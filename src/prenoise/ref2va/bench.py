@@ -21,12 +21,20 @@ from typing import Any
 
 import torch
 
+from prenoise.observe.attribution import Timing, WindowAttribution
 from prenoise.observe.metrics import RequestMetrics, derive_metrics, peak_rss_bytes, reset_peak_rss
 from prenoise.observe.tracing import Span, Tracer, chrome_trace
 from prenoise.ref2va.config import Recipe
 from prenoise.ref2va.pipeline import Arm, Ref2VAPipeline
 
-__all__ = ["BenchConfig", "BenchResult", "RequestRun", "run_bench", "summarize"]
+__all__ = [
+    "BenchConfig",
+    "BenchResult",
+    "RequestRun",
+    "bench_timing",
+    "run_bench",
+    "summarize",
+]
 
 METRICS = (
     "prep_window_s",
@@ -205,3 +213,23 @@ def summarize(
         "machine": machine_info(),
         "threads": threads,
     }
+
+
+def bench_timing(summary: dict[str, Any]) -> Timing:
+    """Medians of the summary's pairs: each arm's noise on the request thread and window, and
+    the attribution of the median per-pair differences (`WindowAttribution`)."""
+    serial, overlapped, delta = summary["serial"], summary["overlapped"], summary["delta"]
+
+    def medians(metric: str) -> tuple[float, float]:
+        return (float(serial[metric]["median"]), float(overlapped[metric]["median"]))
+
+    pairs = summary["pairs"]
+    return Timing(
+        f"medians of {pairs} alternating pair{'s' if pairs != 1 else ''}",
+        medians("noise_critical_s"),
+        medians("prep_window_s"),
+        WindowAttribution(
+            -float(delta["noise_critical_s"]["median"]),
+            -float(delta["prep_window_s"]["median"]),
+        ),
+    )

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import threading
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
 
+from prenoise.observe.attribution import Timing, WindowAttribution
+from prenoise.observe.metrics import RequestMetrics, derive_metrics
+from prenoise.observe.tracing import Tracer
 from prenoise.ref2va.config import Recipe
 from prenoise.ref2va.pipeline import PreparedOutput, Ref2VAPipeline
 from prenoise.verify import FieldReport, TensorInfo, compare, nest_dotted
 from prenoise.verify.rng_guard import snapshot_global_rng
 
-__all__ = ["VerifyResult", "prepared_fields", "verify_recipe"]
+__all__ = ["VerifyResult", "prepared_fields", "verify_recipe", "verify_timing"]
 
 NOISE_FIELDS = ("initial_video_noise", "initial_audio_noise", "visual_condition_noise")
 INPUT_FIELDS = (
@@ -42,13 +46,29 @@ def prepared_fields(outputs: list[PreparedOutput]) -> dict[str, torch.Tensor | N
 
 @dataclass
 class VerifyResult:
-    """The verdict, its JSON form and the per-arm stage seconds."""
+    """The verdict, its JSON form and each arm's timings."""
 
     equal: bool
     rng_state_unchanged: bool
     fields: dict[str, FieldReport]
     used_prepared_noise: bool
     prediction_events: list[str]
+    timings: dict[str, RequestMetrics] | None = None
+    """Each arm's metrics (`serial`, `overlapped`) from the verified run itself: one run per
+    arm, serial first, so the window carries run-to-run variation (`attribution` says how much)."""
+
+    @property
+    def attribution(self) -> WindowAttribution | None:
+        """What the two runs' timing difference can be credited to (None without timings)."""
+        if self.timings is None:
+            return None
+        serial, overlapped = self.timings["serial"], self.timings["overlapped"]
+        return WindowAttribution.from_arms(
+            serial.noise_critical_s,
+            overlapped.noise_critical_s,
+            serial.prep_window_s,
+            overlapped.prep_window_s,
+        )
 
     def to_json(self) -> dict[str, Any]:
         """`{"equal", "rng_state_unchanged", "fields": {NAME: {...}}, ...}` (serial digests)."""
@@ -59,6 +79,15 @@ class VerifyResult:
             "prediction_events": self.prediction_events,
             "fields": {},
         }
+        attribution = self.attribution
+        if self.timings is not None and attribution is not None:
+            out["timings"] = {
+                "runs_per_arm": 1,
+                **{arm: asdict(metrics) for arm, metrics in self.timings.items()},
+                "noise_moved_s": attribution.noise_moved_s,
+                "window_saved_s": attribution.window_saved_s,
+                "encoder_drift": attribution.drift,
+            }
         for name, report in self.fields.items():
             entry: dict[str, Any] = {"equal": report.equal, "differences": report.differences}
             if isinstance(report.a, TensorInfo):
@@ -89,8 +118,15 @@ def verify_recipe(pipeline: Ref2VAPipeline, recipe: Recipe) -> VerifyResult:
     strides, storage offset) and the global RNG state is unchanged by both arms.
     """
     before = snapshot_global_rng()
-    serial, _ = pipeline.prepare_outputs(recipe, "serial", keep_noise=True)
-    overlapped, events = pipeline.prepare_outputs(recipe, "overlapped", keep_noise=True)
+    tracers = {"serial": Tracer(), "overlapped": Tracer()}
+    serial, _ = pipeline.prepare_outputs(
+        recipe, "serial", keep_noise=True, tracer=tracers["serial"]
+    )
+    overlapped, events = pipeline.prepare_outputs(
+        recipe, "overlapped", keep_noise=True, tracer=tracers["overlapped"]
+    )
+    thread = threading.get_ident()
+    timings = {arm: derive_metrics(t.spans, thread) for arm, t in tracers.items()}
     rng_unchanged = not before.differences(snapshot_global_rng())
     report = compare(nest_dotted(prepared_fields(serial)), nest_dotted(prepared_fields(overlapped)))
     return VerifyResult(
@@ -99,4 +135,18 @@ def verify_recipe(pipeline: Ref2VAPipeline, recipe: Recipe) -> VerifyResult:
         fields=report.fields,
         used_prepared_noise=overlapped[0].used_prepared_noise,
         prediction_events=[f"{e.name}: predicted {e.predicted}, actual {e.actual}" for e in events],
+        timings=timings,
+    )
+
+
+def verify_timing(result: VerifyResult) -> Timing | None:
+    """The verified runs' own timing (one run per arm, serial first); None without timings."""
+    if result.timings is None or result.attribution is None:
+        return None
+    serial, overlapped = result.timings["serial"], result.timings["overlapped"]
+    return Timing(
+        "the verified runs, one per arm",
+        (serial.noise_critical_s, overlapped.noise_critical_s),
+        (serial.prep_window_s, overlapped.prep_window_s),
+        result.attribution,
     )

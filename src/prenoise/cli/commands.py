@@ -271,7 +271,7 @@ def _timing_table(name: str, timing: Timing, noise_values: int) -> Table:
     """Noise on the request thread and preparation window of one request, serial vs
     overlapped, captioned with what of the difference is prenoise's (`WindowAttribution`)."""
     caption = timing.attribution.sentence()
-    if timing.attribution.drift:
+    if timing.attribution.drift or timing.attribution.noisy:
         caption = f"[yellow]{caption}[/]"
     caption = f"{noise_values / 1e6:.2f}M noise values; {caption}"
     table = Table(title=f"{name}: {timing.runs}", caption=caption, caption_justify="left")

@@ -4,8 +4,9 @@ prenoise moves noise off the request thread; that, and only that, is its saving.
 window of two runs also differs by whatever else varied between them — mostly the encoders (a
 warm cache, another process on the cores, thread wake-ups). A window that shrank by much more
 than the noise moved is that variation ("encoder drift"), not prenoise, and must be flagged, never
-reported as a saving. `prenoise verify` (one run per arm) and `prenoise bench` (per pair) both say
-what they measured through :class:`WindowAttribution`.
+reported as a saving; a window that grew by much more than the worker's drawing could cost is
+flagged the same way ("timing noise"). `prenoise verify` (one run per arm) and `prenoise bench`
+(per pair) both say what they measured through :class:`WindowAttribution`.
 """
 
 from __future__ import annotations
@@ -56,6 +57,13 @@ class WindowAttribution:
         """The window shrank by more than the noise moved plus the margin: not prenoise's."""
         return self.unexplained_s > self.margin_s
 
+    @property
+    def noisy(self) -> bool:
+        """The window grew by more than the noise moved plus the margin. The worker's drawing can
+        slow the encoders by about what it draws (cores shared), not more: the rest is other
+        work on the machine, so neither arm's timing can be trusted."""
+        return -self.window_saved_s > max(self.noise_moved_s, 0.0) + self.margin_s
+
     def sentence(self) -> str:
         """One line saying what was measured and what of it is prenoise's."""
         moved = f"{self.noise_moved_s * 1e3:.1f} ms of noise moved off the request thread"
@@ -64,6 +72,12 @@ class WindowAttribution:
                 f"encoder drift: the window is {self.window_saved_s * 1e3:.1f} ms shorter, but "
                 f"only {moved}; the other {self.unexplained_s * 1e3:.1f} ms is run-to-run "
                 "variation (mostly the encoders), not prenoise's saving"
+            )
+        if self.noisy:
+            return (
+                f"timing noise: the window is {-self.window_saved_s * 1e3:.1f} ms longer, far "
+                f"more than drawing {self.noise_moved_s * 1e3:.1f} ms of noise on the worker "
+                "can cost: other work on the machine, not prenoise; time more pairs"
             )
         if self.window_saved_s >= 0:
             change = f"{self.window_saved_s * 1e3:.1f} ms shorter"

@@ -403,3 +403,53 @@ def test_an_unknown_modular_class_runs_plain(caplog: pytest.LogCaptureFixture) -
     assert not report.overlapped and report.reason is not None
     assert report.reason.startswith("no noise plan for ")
     assert out.get("videos") is not None
+
+
+def _reference(kind: str, width: int, height: int, frames: int, fps: float, seed: int) -> Any:
+    if kind == "image":
+        return tiny.image_reference(width, height, seed=seed)
+    if kind == "audio":
+        return tiny.audio_reference(frames / 24.0, seed=seed)
+    return tiny.video_reference(frames, width, height, fps=fps, with_audio=kind == "av", seed=seed)
+
+
+def test_ref2va_prediction_property(pipe: Any) -> None:
+    """Random reference sets: every predicted draw is served (the prediction equals what
+    diffusers encodes) and the outputs are the plain call's bit for bit."""
+    from hypothesis import HealthCheck, assume, given, settings
+    from hypothesis import strategies as st
+
+    side = st.sampled_from([16, 24, 32, 48, 64, 80])
+    reference = st.tuples(
+        st.sampled_from(["image", "video", "av", "audio"]),
+        side,
+        side,
+        st.integers(1, 45),
+        st.sampled_from([12.0, 24.0, 25.0, 30.0]),
+    )
+
+    @settings(
+        max_examples=16,
+        deadline=None,
+        derandomize=True,
+        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    )
+    @given(st.lists(reference, min_size=1, max_size=3), st.integers(0, 2**31 - 1))
+    def check(specs: list[tuple[str, int, int, int, float]], seed: int) -> None:
+        # diffusers refuses a video shorter than 13 frames at 24 fps (it reads 2 fps pairs)
+        assume(all(k in ("image", "audio") or n * 24 / fps >= 13 for k, _, _, n, fps in specs))
+        if all(kind == "audio" for kind, *_ in specs):
+            specs = [("image", 32, 32, 13, 24.0), *specs]
+        for w, h in ((w, h) for _, w, h, *_ in specs):
+            if w > 4 * h or h > 4 * w:
+                return
+        make = lambda: tiny.call_kwargs(  # noqa: E731
+            "ref2va",
+            seed=seed,
+            references=[_reference(*spec, seed=i) for i, spec in enumerate(specs)],
+        )
+        plain, out, report = both_arms(pipe, make)
+        assert_states_equal(plain, out)
+        assert report.served == len(report.planned), report
+
+    check()

@@ -15,7 +15,8 @@ the aligned frame count and every normalized reference are then diffusers' own r
 state (`MiniMaxH3ResizeStep`, `MiniMaxH3Ref2VASetupStep`), never recomputed here. What is
 computed here is the encoded shape of each condition, from those normalized references with
 diffusers' own geometry functions (`video_latent_num_frames`, the VAE's compression ratio and
-chunking) and the reference encoder's snap of a video down to `17 * n + 5` frames; before any
+chunking), the reference encoder's snap of a video down to `17 * n + 5` frames and, for a video
+shorter than that, the VAE's padding to whole clips (`_video_latent_frames`); before any
 condition draw is taken, the encoded condition latents are compared with it (`confirm_conditions`)
 and a difference ends the plan (the plain draws run, the reason is in the report).
 
@@ -70,13 +71,32 @@ def _video_condition_frames(num_frames: int, frames_per_chunk: int, latents_per_
     return chunks * frames_per_chunk + latents_per_chunk
 
 
+def _video_latent_frames(pipe: Any, frames: int) -> int:
+    """The latent frames the reference encoder gets for a normalized video of `frames` frames.
+
+    It encodes `frames[:snapped]`: `snapped` frames when the video has them (diffusers'
+    `video_latent_num_frames`), else all `frames` (a video shorter than `frames_per_chunk +
+    latents_per_chunk`), which the VAE pads to whole `frames_per_chunk` clips, encodes to
+    `latents_per_chunk` latent frames each and trims by its `token_drop`
+    (`AutoencoderKLMiniMaxH3._encode`; one frame alone: one latent frame)."""
+    fpc, lpc = int(pipe.vae_frames_per_chunk), int(pipe.vae_latents_per_chunk)
+    encoded = min(frames, _video_condition_frames(frames, fpc, lpc))
+    if encoded % fpc == lpc:
+        return int(_geometry().video_latent_num_frames(encoded, fpc, lpc))
+    if encoded == 1:
+        return 1
+    vae = getattr(pipe, "vae", None)
+    if vae is None:
+        raise Unpredictable("a short video reference and no VAE to read token_drop from", "vae")
+    return -(-encoded // fpc) * lpc - int(vae.config.token_drop)
+
+
 def _condition_shapes(pipe: Any, values: Mapping[str, Any]) -> list[tuple[str, tuple[int, ...]]]:
     channels = int(pipe.vae_latent_channels)
     ratio = int(pipe.vae_spatial_compression_ratio)
     references = values.get("normalized_references")
     if references is not None:
         shapes: list[tuple[str, tuple[int, ...]]] = []
-        fpc, lpc = int(pipe.vae_frames_per_chunk), int(pipe.vae_latents_per_chunk)
         for index, reference in enumerate(references):
             if reference.kind == "image":
                 width, height = reference.image.size
@@ -85,8 +105,7 @@ def _condition_shapes(pipe: Any, values: Mapping[str, Any]) -> list[tuple[str, t
                 )
             elif reference.kind == "video":
                 frames, height, width = (int(n) for n in reference.frames.shape[:3])
-                encoded = _video_condition_frames(frames, fpc, lpc)
-                latent_frames = _geometry().video_latent_num_frames(encoded, fpc, lpc)
+                latent_frames = _video_latent_frames(pipe, frames)
                 shape = (1, channels, latent_frames, height // ratio, width // ratio)
                 shapes.append((f"condition.{index}", shape))
         return shapes

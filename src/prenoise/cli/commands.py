@@ -386,18 +386,20 @@ def _cmd_vllm_omni_verify(args: argparse.Namespace) -> int:
     return run(args, console)
 
 
-_COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
-    "demo": _cmd_demo,
-    "generate": _cmd_generate,
-    "verify": _cmd_verify,
-    "bench": _cmd_bench,
-    "doctor": _cmd_doctor,
-    "stream-digest": _cmd_stream_digest,
-    "serve": _cmd_serve,
-    "compare": _cmd_compare,
-    "vllm-omni-verify": _cmd_vllm_omni_verify,
-}
-"""Each subcommand's function (the parser, `prenoise.cli.parser`, knows only their options)."""
+def _command(name: str) -> Callable[[argparse.Namespace], int]:
+    """The function that runs subcommand `name` (the parser, `prenoise.cli.parser`, knows only
+    the options), looked up when it runs."""
+    return {
+        "demo": _cmd_demo,
+        "generate": _cmd_generate,
+        "verify": _cmd_verify,
+        "bench": _cmd_bench,
+        "doctor": _cmd_doctor,
+        "stream-digest": _cmd_stream_digest,
+        "serve": _cmd_serve,
+        "compare": _cmd_compare,
+        "vllm-omni-verify": _cmd_vllm_omni_verify,
+    }[name]
 
 
 def _world_size() -> int:
@@ -465,7 +467,7 @@ def _run(args: argparse.Namespace) -> int:
     kernel.check_environment()
     check_environment()  # every PRENOISE_* variable, so a bad value never waits for first use
     _require_extras(args)
-    func = _COMMANDS[args.command]
+    func = _command(args.command)
     if args.command in ("generate", "verify", "bench") and _world_size() > 1:
         from prenoise.distributed.commands import run_distributed
 

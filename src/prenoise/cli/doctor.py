@@ -18,7 +18,9 @@ def doctor_table() -> Table:
 
     status = kernel.backend_status()
     table = Table(title="prenoise doctor", show_header=False)
-    table.add_column("what")
+    # Labels wrap at spaces within 26 columns, leaving the status column room for a whole
+    # `PRENOISE_…=VALUE` at 80 columns: only a token longer than that column is folded.
+    table.add_column("what", max_width=26)
     table.add_column("status", overflow="fold")  # paths and variables stay whole, never "…"
     table.add_row("noise backend", f"{status.name} ({'active' if status.active else 'inactive'})")
     table.add_row("why", status.reason)

@@ -6,8 +6,10 @@ import argparse
 from pathlib import Path
 
 from prenoise.cli.args import LOG_LEVELS, at_least, finite_between, port, seed
+from prenoise.guards.sizes import byte_count
+from prenoise.noise.streams import DIGEST_DTYPES
 
-__all__ = ["DEBUG_ENV_VAR", "build_parser", "byte_size", "counts"]
+__all__ = ["DEBUG_ENV_VAR", "HelpFormatter", "build_parser", "byte_size", "counts"]
 
 DEBUG_ENV_VAR = "PRENOISE_DEBUG"
 """`PRENOISE_DEBUG=1` (like `--debug`): let errors propagate with their traceback."""
@@ -25,25 +27,50 @@ def counts(text: str) -> list[int]:
 
 
 def byte_size(text: str) -> int:
-    """`--memory-budget`: a byte count such as `8GiB`, `500MB` or `1048576`."""
-    from pydantic import ByteSize, TypeAdapter, ValidationError
-
+    """`--memory-budget`: a byte count such as `8GiB`, `500MB` or `1048576`
+    (`prenoise.guards.sizes.byte_count`, as the library takes them)."""
     try:
-        return int(TypeAdapter(ByteSize).validate_python(text))
-    except ValidationError:
+        return byte_count(text, "size")
+    except ValueError:
         raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 8GiB)") from None
 
 
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Every option's help ends with its default, unless the help already says it, the option is
+    required or a flag, or there is no value to show (then the help says in words what happens
+    without it, e.g. "default: the recipe's seed"; `tests/test_cli_help.py` checks both)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        shown = action.default not in (None, False, [], argparse.SUPPRESS)
+        if not action.option_strings or action.required or "default" in text or not shown:
+            return text
+        return f"{text} (default: %(default)s)"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    """The `prenoise` parser; `args.command` names the subcommand to run."""
+    """The `prenoise` parser; `args.command` names the subcommand to run.
+
+    No option may be abbreviated (`allow_abbrev=False`): `--dur 2` is an error, not `--duration`,
+    so a typo or an option a later release adds can never silently take another's value."""
     parser = argparse.ArgumentParser(
         prog="prenoise",
         description="Prepare diffusion noise off the critical path, bit-identical to serial.",
+        formatter_class=HelpFormatter,
+        allow_abbrev=False,
     )
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser.add_argument(
+        "--version", action="version", version=f"prenoise {_version()}", help="print the version"
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    demo = sub.add_parser("demo", help="prepare noise during a stand-in encode and verify it")
-    demo.add_argument("--seed", type=seed, default=42)
+    def add_command(name: str, text: str) -> argparse.ArgumentParser:
+        return sub.add_parser(
+            name, help=text, description=text, formatter_class=HelpFormatter, allow_abbrev=False
+        )
+
+    demo = add_command("demo", "prepare noise during a stand-in encode and verify it")
+    demo.add_argument("--seed", type=seed, default=42, help="the noise seed")
     demo.add_argument(
         "--encode-seconds",
         type=finite_between(0.0, 60.0),
@@ -54,9 +81,14 @@ def build_parser() -> argparse.ArgumentParser:
     from prenoise.ref2va.cli_options import add_request_arguments
     from prenoise.ref2va.limits import add_limit_arguments
 
-    gen = sub.add_parser("generate", help="run a Ref2VA request and write MP4(s)")
+    gen = add_command("generate", "run a Ref2VA request and write MP4(s)")
     add_request_arguments(gen)
-    gen.add_argument("--arm", choices=("serial", "overlapped"), default="overlapped")
+    gen.add_argument(
+        "--arm",
+        choices=("serial", "overlapped"),
+        default="overlapped",
+        help="serial: draw the noise after encoding; overlapped: during it (the same bits)",
+    )
     gen.add_argument("--out", help="output MP4 (default: OUTPUT_DIR/NAME.mp4)")
     gen.add_argument(
         "--prepare-next-output",
@@ -64,9 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="draw output i+1's noise while output i denoises (same bits)",
     )
 
-    ver = sub.add_parser("verify", help="prove both arms prepare bitwise-identical inputs")
+    ver = add_command("verify", "prove both arms prepare bitwise-identical inputs")
     add_request_arguments(ver)
-    ver.add_argument("--json", help="write the per-field report here")
+    ver.add_argument("--json", help="write the per-field report here (default: none written)")
     ver.add_argument(
         "--pairs",
         type=at_least(0),
@@ -77,35 +109,60 @@ def build_parser() -> argparse.ArgumentParser:
         "per arm",
     )
 
-    bench = sub.add_parser("bench", help="alternating serial/overlapped pairs, same process")
+    bench = add_command("bench", "alternating serial/overlapped pairs, same process")
     add_request_arguments(bench)
-    bench.add_argument("--pairs", type=at_least(1), default=5)
-    bench.add_argument("--warmup", type=at_least(0), default=2)
+    bench.add_argument(
+        "--pairs", type=at_least(1), default=5, help="timed pairs (the order alternates)"
+    )
+    bench.add_argument(
+        "--warmup", type=at_least(0), default=2, help="untimed requests before the pairs"
+    )
     bench.add_argument("--full", action="store_true", help="time whole requests, not preparation")
     bench.add_argument(
-        "--encoder-threads", type=at_least(1), help="torch intra-op threads for the encoders"
+        "--encoder-threads",
+        type=at_least(1),
+        help="torch intra-op threads for the encoders (default: torch's, unchanged)",
     )
-    bench.add_argument("--json", help="write the summary here")
-    bench.add_argument("--trace-dir", help="write Chrome traces and a PNG timeline here")
+    bench.add_argument("--json", help="write the summary here (default: none written)")
+    bench.add_argument(
+        "--trace-dir",
+        help="write Chrome traces and a PNG timeline here (default: none written)",
+    )
 
-    sub.add_parser("doctor", help="which noise backend is active, and why")
+    add_command("doctor", "which noise backend is active, and why")
 
-    digest = sub.add_parser(
+    digest = add_command(
         "stream-digest",
-        help="sha256 of a noise stream's raw bytes, to compare machines "
+        "sha256 of a noise stream's raw bytes, to compare machines "
         "(make aarch64-stream-digest prints the emulated aarch64 one)",
     )
-    digest.add_argument("--stream", choices=("native", "x86", "libm"), required=True)
-    digest.add_argument("--seed", type=seed, required=True)
+    digest.add_argument(
+        "--stream",
+        choices=("native", "x86", "libm"),
+        required=True,
+        help="native: local torch's arithmetic; x86, libm: the named streams",
+    )
+    digest.add_argument("--seed", type=seed, required=True, help="the generator's seed")
     digest.add_argument("--count", type=counts, required=True, help="N or N1,N2,... (>= 16)")
-    digest.add_argument("--dtype", choices=("float32", "bfloat16", "float64"), default="float32")
+    digest.add_argument(
+        "--dtype",
+        choices=tuple(DIGEST_DTYPES),
+        default="float32",
+        help="the dtype drawn (its raw bytes are hashed)",
+    )
 
-    serve = sub.add_parser("serve", help="HTTP service: queue Ref2VA requests on one model")
+    serve = add_command("serve", "HTTP service: queue Ref2VA requests on one model")
     serve.add_argument("--recipe", required=True, type=Path, help="models + request defaults")
-    serve.add_argument("--host", default="127.0.0.1", help="bind address (default: loopback)")
-    serve.add_argument("--port", type=port, default=8000)
-    serve.add_argument("--media-root", type=Path, help="reference paths must lie inside it")
-    serve.add_argument("--output-dir", type=Path, help="default: OUTPUT_DIR/serve")
+    serve.add_argument(
+        "--host", default="127.0.0.1", help="bind address (default: 127.0.0.1, loopback only)"
+    )
+    serve.add_argument("--port", type=port, default=8000, help="TCP port; 0: any free port")
+    serve.add_argument(
+        "--media-root",
+        type=Path,
+        help="reference paths must lie inside it (default: none; requests upload their files)",
+    )
+    serve.add_argument("--output-dir", type=Path, help="where MP4s go (default: OUTPUT_DIR/serve)")
     serve.add_argument(
         "--prepare-ahead",
         type=at_least(0),
@@ -130,13 +187,21 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="S",
         help="seconds a request body may send nothing before it is refused (408)",
     )
-    serve.add_argument("--log-level", type=str.lower, choices=LOG_LEVELS, default="info")
+    serve.add_argument(
+        "--log-level",
+        type=str.lower,
+        choices=LOG_LEVELS,
+        default="info",
+        help="uvicorn's log level",
+    )
     add_limit_arguments(serve)
 
-    cmp_ = sub.add_parser("compare", help="bitwise-compare two torch.save files")
-    cmp_.add_argument("a")
-    cmp_.add_argument("b")
-    cmp_.add_argument("--json", help="write the per-field report here (not an input)")
+    cmp_ = add_command("compare", "bitwise-compare two torch.save files")
+    cmp_.add_argument("a", help="the first torch.save file")
+    cmp_.add_argument("b", help="the second torch.save file")
+    cmp_.add_argument(
+        "--json", help="write the per-field report here, not an input (default: none written)"
+    )
     cmp_.add_argument(
         "--memory-budget",
         type=byte_size,
@@ -147,11 +212,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     from prenoise.integrations.vllm_omni.cli import add_arguments as add_vllm_omni_arguments
 
-    vllm = sub.add_parser(
-        "vllm-omni-verify",
-        help="vLLM-Omni MiniMax-H3 with stand-in weights: plugin off vs on, bitwise",
+    vllm = add_command(
+        "vllm-omni-verify", "vLLM-Omni MiniMax-H3 with stand-in weights: plugin off vs on, bitwise"
     )
     add_vllm_omni_arguments(vllm)
+    vllm.formatter_class = HelpFormatter  # keeps its description's line breaks, shows defaults
 
     debug_help = f"show tracebacks instead of one-line errors (also: {DEBUG_ENV_VAR}=1)"
     parser.add_argument("--debug", action="store_true", help=debug_help)
@@ -160,3 +225,15 @@ def build_parser() -> argparse.ArgumentParser:
             "--debug", action="store_true", default=argparse.SUPPRESS, help=debug_help
         )
     return parser
+
+
+def _version() -> str:
+    """The installed distribution's version (what pip installed), else the package's own."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("prenoise")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        from prenoise import __version__
+
+        return __version__

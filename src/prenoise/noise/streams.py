@@ -57,6 +57,7 @@ from prenoise.noise import kernel
 from prenoise.noise.chunks import CANCEL_CHUNK_ELEMS, chunk_bounds
 
 __all__ = [
+    "DIGEST_DTYPES",
     "NATIVE",
     "NON_NATIVE_STREAMS",
     "STREAMS",
@@ -80,6 +81,10 @@ STREAMS = (NATIVE, *NON_NATIVE_STREAMS)
 X86_IMPL_ENV_VAR = "PRENOISE_X86_STREAM_IMPL"
 _GOLDENS = "stream_goldens.json"
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float64": torch.float64}
+DIGEST_DTYPES = {**_DTYPES, "float16": torch.float16}
+"""What `stream_digest` (`prenoise stream-digest --dtype`) draws: every dtype docs/streams.md says a
+stream covers. float16 is float32's stream under torch's half rule, as bfloat16 is, so the
+float32 self-check covers it; the goldens hold float32, bfloat16 and float64 cases."""
 _HALF = (torch.bfloat16, torch.float16)
 _MIN = 16  # torch's vector path: below this (or non-contiguous) the scalar path runs
 
@@ -424,14 +429,14 @@ def stream_digest(
     ``Cancelled`` is raised once ``cancel`` is set. ``counts`` are ints >= 16.
     """
     check_stream_name(stream)
-    if dtype not in _DTYPES:
-        raise ValueError(f"dtype {dtype!r} not one of {', '.join(_DTYPES)}")
+    if dtype not in DIGEST_DTYPES:
+        raise ValueError(f"dtype {dtype!r} not one of {', '.join(DIGEST_DTYPES)}")
     sizes = [exact_int(n, "count") for n in counts]
     if not sizes or any(n < _MIN for n in sizes):
         raise ValueError(f"every count must be >= {_MIN} (torch's vector path), got {counts}")
     check_seed_range(seed)
     chunk = CANCEL_CHUNK_ELEMS if chunk_elems is None else exact_int(chunk_elems, "chunk_elems")
-    torch_dtype = _DTYPES[dtype]
+    torch_dtype = DIGEST_DTYPES[dtype]
     itemsize = torch.empty((), dtype=torch_dtype).element_size()
     # chunk_bounds merges a ragged remainder (< 16) into the last chunk: at most chunk + 15.
     longest = min(max(sizes), chunk + _MIN - 1)

@@ -45,31 +45,63 @@ def reference_kind(path: Path) -> str:
 def add_request_arguments(parser: argparse.ArgumentParser) -> None:
     """`--recipe` plus the per-request overrides."""
     parser.add_argument("--recipe", required=True, type=Path, help="YAML recipe")
-    parser.add_argument("--prompt")
+    parser.add_argument("--prompt", help="the text prompt (default: the recipe's prompt)")
     parser.add_argument(
         "--reference",
         action="append",
         type=Path,
         metavar="PATH",
-        help="image, video or audio reference (repeatable); replaces the recipe's references",
+        help="image, video or audio reference (repeatable); replaces the recipe's references "
+        "(default: the recipe's)",
     )
-    parser.add_argument("--seed", type=int)
+    parser.add_argument(
+        "--seed", type=int, help="noise seed; output i uses seed + i (default: the recipe's seed)"
+    )
     parser.add_argument(
         "--noise-stream",
         choices=("native", "x86", "libm"),
-        help="noise arithmetic: native (local torch, default), or x86/libm: the same noise "
-        "on every machine (opt-in; replaces the recipe's noise_stream)",
+        help="noise arithmetic: native (local torch), or x86/libm: the same noise on every "
+        "machine (opt-in; default: the recipe's noise_stream, native unless it says otherwise)",
     )
-    parser.add_argument("--duration", type=float, help="seconds (replaces frames)")
-    parser.add_argument("--frames", type=int, help="frames (replaces duration)")
-    parser.add_argument("--width", type=int)
-    parser.add_argument("--height", type=int)
-    parser.add_argument("--steps", type=int)
-    parser.add_argument("--shift-video", type=float)
-    parser.add_argument("--shift-audio", type=float)
-    parser.add_argument("--outputs", type=int)
-    parser.add_argument("--device", help="cpu (default) or cuda")
-    parser.add_argument("--checkpoint", type=Path, help="directory with safetensors + config")
+    parser.add_argument(
+        "--duration", type=float, help="seconds, replaces frames (default: the recipe's)"
+    )
+    parser.add_argument(
+        "--frames", type=int, help="frames, replaces duration (default: the recipe's)"
+    )
+    parser.add_argument(
+        "--width",
+        type=int,
+        help="output width in pixels, with --height (default: the recipe's width or short_edge)",
+    )
+    parser.add_argument(
+        "--height",
+        type=int,
+        help="output height in pixels, with --width (default: the recipe's height or short_edge)",
+    )
+    parser.add_argument("--steps", type=int, help="denoising steps (default: the recipe's)")
+    parser.add_argument(
+        "--shift-video",
+        type=float,
+        help="the video sampler's timestep shift (default: the recipe's shift_video)",
+    )
+    parser.add_argument(
+        "--shift-audio",
+        type=float,
+        help="the audio sampler's timestep shift (default: the recipe's shift_audio)",
+    )
+    parser.add_argument(
+        "--outputs",
+        type=int,
+        help="outputs per request, seeds seed .. seed + outputs - 1 (default: the recipe's)",
+    )
+    parser.add_argument("--device", help="cpu or cuda (default: the recipe's device, cpu)")
+    parser.add_argument(
+        "--checkpoint",
+        type=Path,
+        help="directory with safetensors + config (default: the recipe's checkpoint, else "
+        "seeded random weights)",
+    )
     add_limit_arguments(parser)
 
 

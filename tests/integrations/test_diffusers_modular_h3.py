@@ -260,8 +260,8 @@ def test_an_encoded_shape_unlike_the_prediction_falls_back(
     pipe: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The prediction is checked against the encoded condition latents before any draw."""
-    real = h3_plan._video_condition_frames
-    monkeypatch.setattr(h3_plan, "_video_condition_frames", lambda n, f, c: real(n, f, c) + 17)
+    real = h3_plan._video_latent_frames
+    monkeypatch.setattr(h3_plan, "_video_latent_frames", lambda pipe, n: real(pipe, n) + 5)
     plain, out, report = both_arms(
         pipe, lambda: tiny.call_kwargs("ref2va", seed=3, references=REFERENCE_SETS["video+audio"]())
     )

@@ -453,3 +453,46 @@ def test_ref2va_prediction_property(pipe: Any) -> None:
         assert report.served == len(report.planned), report
 
     check()
+
+
+def test_concurrent_calls_keep_their_own_draws(pipe: Any) -> None:
+    """Two enabled calls at once on two threads (two pipelines): each call's hook and replay
+    queue see only its own blocks and draws (context variables), both outputs plain-equal."""
+    other = tiny.minimax_h3()
+    disable(pipe)
+    expected = {
+        seed: pipe(
+            **tiny.call_kwargs("ref2va", seed=seed, references=REFERENCE_SETS["two-images"]())
+        )
+        for seed in (21, 22)
+    }
+    enable(pipe)
+    enable(other)
+    results: dict[int, Any] = {}
+    errors: list[BaseException] = []
+    start = threading.Barrier(2)
+
+    def run(target: Any, seed: int) -> None:
+        try:
+            start.wait(10)
+            kwargs = tiny.call_kwargs(
+                "ref2va", seed=seed, references=REFERENCE_SETS["two-images"]()
+            )
+            results[seed] = overlapped_call_with_report(target, **kwargs)
+        except BaseException as error:  # reported below
+            errors.append(error)
+
+    threads = [
+        threading.Thread(target=run, args=(pipe, 21)),
+        threading.Thread(target=run, args=(other, 22)),
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors, errors
+    for seed, (out, report) in results.items():
+        assert_states_equal(expected[seed], out)
+        assert report.served == 4, report
+    assert not hook.is_installed() and not patched_modules()
+    disable(other)

@@ -228,12 +228,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _version() -> str:
-    """The installed distribution's version (what pip installed), else the package's own."""
+    """The installed distribution's version (what pip installed)."""
     from importlib.metadata import PackageNotFoundError, version
 
     try:
         return version("prenoise")
     except PackageNotFoundError:  # run from a source tree that was never installed
-        from prenoise import __version__
-
-        return __version__
+        return "(not installed: run from a source tree)"

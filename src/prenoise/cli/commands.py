@@ -9,7 +9,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -306,6 +306,20 @@ def _bench_table(summary: dict[str, object]) -> Table:
     return table
 
 
+def _print_attribution(attribution: dict[str, Any]) -> None:
+    """What the bench measured: the median noise moved and window difference per pair, then every
+    pair flagged for encoder drift or timing noise (`prenoise.observe.attribution`)."""
+    median = attribution["median"]
+    flagged = median["encoder_drift"] or median["timing_noise"]
+    style = "yellow" if flagged else "green"
+    pairs = len(attribution["per_pair"])
+    label = f"medians of {pairs} pairs" if pairs > 1 else "1 pair"
+    console.print(f"[{style}]{label}: {escape(median['said'])}[/]", soft_wrap=True)
+    for index, entry in enumerate(attribution["per_pair"]):
+        if entry["encoder_drift"] or entry["timing_noise"]:
+            console.print(f"[yellow]pair {index + 1}: {escape(entry['said'])}[/]", soft_wrap=True)
+
+
 def _cmd_bench(args: argparse.Namespace) -> int:
     from prenoise.ref2va.bench import BenchConfig, run_bench
     from prenoise.ref2va.cli_options import load_models, recipe_from_args
@@ -321,6 +335,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         result = run_bench(pipeline, recipe, config, on_request=status.update)
     summary = result.summary
     console.print(_bench_table(summary))
+    _print_attribution(summary["attribution"])
     console.print(f"threads: {summary['threads']}; machine: {summary['machine']}", soft_wrap=True)
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
@@ -333,10 +348,12 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         trace_dir.mkdir(parents=True, exist_ok=True)
         for arm, trace in result.chrome_traces().items():
             (trace_dir / f"{recipe.name}-{arm}.trace.json").write_text(json.dumps(trace))
+        pair = result.median_pair
         png = plot_timelines(
-            result.last_spans(),
+            result.pair_spans(pair),
             trace_dir / f"{recipe.name}-timeline.png",
-            title=f"{recipe.name}: last pair, threads as lanes",
+            title=f"{recipe.name}: the median pair (pair {pair + 1} of {summary['pairs']}, by "
+            "window difference), threads as lanes",
         )
         console.print(f"wrote Chrome traces and {png} to {trace_dir}")
     _print_created(missing)

@@ -81,11 +81,28 @@ class BenchResult:
             last[run.arm] = run.spans
         return {arm: last[arm] for arm in ("serial", "overlapped") if arm in last}
 
+    @property
+    def median_pair(self) -> int:
+        """The pair whose window difference (overlapped − serial) is the median one (the lower
+        middle of an even count): the pair the PNG timeline and the traces show."""
+        deltas = self.summary["delta"]["prep_window_s"]["per_pair"]
+        pairs = sorted({r.pair for r in self.runs if self._complete(r.pair)})
+        ranked = sorted(range(len(pairs)), key=lambda i: (deltas[i], i))
+        return pairs[ranked[(len(ranked) - 1) // 2]]
+
+    def pair_spans(self, pair: int) -> dict[str, list[Span]]:
+        """Spans of both arms of `pair`, serial first."""
+        arms = {r.arm: r.spans for r in self.runs if r.pair == pair}
+        return {arm: arms[arm] for arm in ("serial", "overlapped") if arm in arms}
+
+    def _complete(self, pair: int) -> bool:
+        return len({r.arm for r in self.runs if r.pair == pair}) == 2
+
     def chrome_traces(self) -> dict[str, dict[str, Any]]:
-        """Chrome/Perfetto trace JSON of the last request of each arm."""
+        """Chrome/Perfetto trace JSON of each arm of the median pair (`median_pair`)."""
         return {
             arm: chrome_trace(spans, process_name=f"prenoise bench ({arm})")
-            for arm, spans in self.last_spans().items()
+            for arm, spans in self.pair_spans(self.median_pair).items()
         }
 
 
@@ -193,6 +210,7 @@ def summarize(
         if per_pair:
             deltas[metric] = {"median": statistics.median(per_pair), "per_pair": per_pair}
     geo = recipe.geometry()
+    attribution = _attribution(deltas)
     return {
         "recipe": recipe.name,
         "pairs": len(pairs),
@@ -210,8 +228,32 @@ def summarize(
         "serial": by_arm["serial"],
         "overlapped": by_arm["overlapped"],
         "delta": deltas,
+        "attribution": attribution,
         "machine": machine_info(),
         "threads": threads,
+    }
+
+
+def _attribution(deltas: dict[str, Any]) -> dict[str, Any]:
+    """What each pair's and the median window difference can be credited to: the noise moved
+    off the request thread, and flags for encoder drift / timing noise (`WindowAttribution`)."""
+
+    def entry(noise_delta: float, window_delta: float) -> dict[str, Any]:
+        a = WindowAttribution(-noise_delta, -window_delta)
+        return {
+            "noise_moved_s": a.noise_moved_s,
+            "window_saved_s": a.window_saved_s,
+            "encoder_drift": a.drift,
+            "timing_noise": a.noisy,
+            "said": a.sentence(),
+        }
+
+    noise, window = deltas["noise_critical_s"], deltas["prep_window_s"]
+    return {
+        "median": entry(noise["median"], window["median"]),
+        "per_pair": [
+            entry(n, w) for n, w in zip(noise["per_pair"], window["per_pair"], strict=True)
+        ],
     }
 
 

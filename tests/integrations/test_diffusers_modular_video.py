@@ -12,6 +12,7 @@ import torch
 
 pytest.importorskip("diffusers.modular_pipelines.hunyuan_video1_5")
 
+import diffusers
 import tiny_modular
 from test_diffusers_modular_h3 import assert_states_equal, both_arms
 
@@ -38,7 +39,10 @@ _pipes: dict[str, Any] = {}
 
 def pipeline(name: str) -> Any:
     if name not in _pipes:
-        _pipes[name] = BUILDERS[name]()
+        try:
+            _pipes[name] = BUILDERS[name]()
+        except ImportError as error:  # diffusers 0.40.0's LTX-2 modular has no LTX2Guidance
+            pytest.skip(f"{name} cannot be built on diffusers {diffusers.__version__}: {error}")
     pipe = _pipes[name]
     disable(pipe)
     return pipe

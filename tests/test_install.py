@@ -22,6 +22,7 @@ import pytest
 from blocked_imports import OPTIONAL_MODULES, REPO, run_python
 from prenoise.cli.commands import main
 from prenoise.guards import extras
+from prenoise.guards.extras import install_command
 from source_tree import copy_package_source
 
 # -- (1) the base install ------------------------------------------------------------------------
@@ -75,7 +76,7 @@ def test_the_base_install_runs_help_doctor_demo_and_compare(tmp_path: Path) -> N
     assert results.pop("enable") == [
         "MissingExtraError",
         "prenoise.integrations.diffusers.enable() needs the 'diffusers' extra (diffusers not "
-        "installed): pip install 'prenoise[diffusers]'",
+        f"installed): {install_command('diffusers')}",
     ]
     for argv, (code, output) in results.items():
         assert code == 0, f"prenoise {argv}: exit {code}\n{output}"
@@ -96,7 +97,7 @@ def test_commands_needing_a_missing_extra_name_the_pip_install(tmp_path: Path) -
         lines = output.strip().splitlines()
         assert lines == [
             f"error: prenoise {command} needs the 'ref2va' extra (av, PIL, transformers, "
-            "safetensors not installed): pip install 'prenoise[ref2va]'"
+            f"safetensors not installed): {install_command('ref2va')}"
         ], output
 
 
@@ -114,7 +115,7 @@ def test_the_diffusers_extra_alone(tmp_path: Path) -> None:
     assert results["generate --recipe recipes/ref2va-demo.yaml"] == [
         2,
         "error: prenoise generate needs the 'ref2va' extra (av, transformers not installed): "
-        "pip install 'prenoise[ref2va]'\n",
+        f"{install_command('ref2va')}\n",
     ]
     assert results["enable"] == [
         "TypeError",
@@ -142,7 +143,7 @@ def test_each_command_checks_its_own_extras_first(
     # The recipe is never read: the extras are checked before the command starts.
     assert main(argv) == 2
     out = capsys.readouterr().out
-    assert f"pip install 'prenoise[{extra}]'" in out and sorted(absent)[0] in out
+    assert install_command(extra) in " ".join(out.split()) and sorted(absent)[0] in out
 
 
 def test_an_optional_import_failing_mid_command_names_its_extra(
@@ -156,7 +157,7 @@ def test_an_optional_import_failing_mid_command_names_its_extra(
     monkeypatch.setattr(cli, "_cmd_doctor", needs_transformers)
     assert main(["doctor"]) == 2
     assert capsys.readouterr().out.strip() == (
-        "error: transformers is not installed: pip install 'prenoise[ref2va]'"
+        f"error: transformers is not installed: {install_command('ref2va')}"
     )
 
 

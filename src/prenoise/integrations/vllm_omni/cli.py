@@ -100,8 +100,10 @@ def run(args: argparse.Namespace, console: Console) -> int:
         import vllm_omni  # noqa: F401
     except ImportError:
         console.print(
-            "[red]error:[/] vllm-omni is not installed here; run .venv-vllm-omni/bin/prenoise "
-            "(make setup-vllm-omni)"
+            "[red]error:[/] vllm-omni is not installed here; run the prenoise of an environment "
+            "that has vLLM-Omni 0.30 (from a prenoise clone: make setup-vllm-omni, then "
+            ".venv-vllm-omni/bin/prenoise vllm-omni-verify ...)",
+            soft_wrap=True,
         )
         return 2
     with _noise_stream_setting(args.noise_stream):

@@ -22,6 +22,12 @@ Anything the kernel does not cover (numel < 16, non-contiguous or non-float32 ou
 generators, float64, ragged bf16/f16) is delegated to torch, so every function always returns
 exactly torch's result.
 
+bfloat16/float16 draws of a multiple of 16 values are served as the float32 draw rounded: what
+torch does from 2.13 on (PR #179834 sent them through the float32 path; earlier releases draw them
+otherwise). :func:`half_rule_status` checks that rule against local torch once per process; where
+it does not hold (an older or a changed torch release) those draws are left to torch too, and
+:class:`prenoise.preparation.draws.Draw` draws them natively, so the values are still torch's.
+
 This module draws local torch's values only (the ``"native"`` stream) and imports nothing else
 of :mod:`prenoise.noise`; :mod:`prenoise.noise.streams` builds the named streams on its
 :func:`extension`, :func:`threads_for`, :func:`keep_prefix_with` and :func:`empty`, and
@@ -51,10 +57,12 @@ __all__ = [
     "BACKEND_CHOICES",
     "ENV_VAR",
     "BackendStatus",
+    "HalfRuleStatus",
     "backend_status",
     "check_environment",
     "empty",
     "fill_normal_",
+    "half_rule_status",
     "huge_page_status",
     "randn",
     "randn_keep_prefix",
@@ -124,10 +132,65 @@ def backend_status() -> BackendStatus:
 
 
 def _reset_backend() -> None:
-    """Forget the chosen backend so the next use re-selects it (tests and env changes)."""
-    global _status, _code
+    """Forget the chosen backend and the half-rule check so the next use redoes them (tests and
+    env changes)."""
+    global _status, _code, _half_rule
     with _lock:
-        _status, _code = None, -1
+        _status, _code, _half_rule = None, -1, None
+
+
+@dataclass(frozen=True)
+class HalfRuleStatus:
+    """Whether local torch draws bfloat16/float16 ``randn`` of a multiple of 16 values as its
+    float32 draw rounded (``holds``), the rule prenoise reproduces; ``reason`` says what was
+    checked, or the first case that differs."""
+
+    holds: bool
+    reason: str
+
+
+_half_rule: HalfRuleStatus | None = None
+_HALF_RULE_CASES = ((0, 16), (1, 1024), (2, 4096), (3, 65536 + 16))
+
+
+def half_rule_status() -> HalfRuleStatus:
+    """Check once per process, against local torch itself, that ``torch.randn(n, dtype=half)``
+    equals ``torch.randn(n).to(half)`` (values and generator state) for bfloat16 and float16 and
+    n a multiple of 16. Where it does not hold, such draws are left to torch (:func:`randn`) and
+    drawn natively (``HalfDrawRule.NATIVE``), never as the rounded float32 draw."""
+    global _half_rule
+    status = _half_rule
+    if status is None:
+        status = _check_half_rule()
+        with _lock:
+            _half_rule = status
+        if not status.holds:
+            _LOG.warning("prenoise noise kernel: %s", status.reason)
+    return status
+
+
+def _check_half_rule() -> HalfRuleStatus:
+    for dtype in (torch.bfloat16, torch.float16):
+        for seed, n in _HALF_RULE_CASES:
+            native_gen = torch.Generator().manual_seed(seed)
+            cast_gen = torch.Generator().manual_seed(seed)
+            native = torch.randn(n, generator=native_gen, dtype=dtype)
+            cast = torch.randn(n, generator=cast_gen).to(dtype)
+            same_values = torch.equal(native.view(torch.int16), cast.view(torch.int16))
+            if not same_values or not torch.equal(native_gen.get_state(), cast_gen.get_state()):
+                what = "values" if not same_values else "generator state"
+                return HalfRuleStatus(
+                    False,
+                    f"torch {torch.__version__} draws {str(dtype).removeprefix('torch.')} "
+                    f"randn({n}) (seed {seed}) unlike its float32 draw rounded ({what} differ): "
+                    "bfloat16/float16 draws are left to torch (the rule prenoise reproduces is "
+                    "torch >= 2.13's)",
+                )
+    return HalfRuleStatus(
+        True,
+        f"torch {torch.__version__} draws bfloat16/float16 as its float32 draw rounded "
+        "(multiples of 16 values), the rule prenoise reproduces",
+    )
 
 
 def _resolve(_corrupt: Callable[[torch.Tensor], None] | None = None) -> BackendStatus:
@@ -397,8 +460,9 @@ def randn(
 
     Values are bitwise equal and the generator is left byte-identical. The kernel serves float32
     (numel >= 16) and bf16/f16 when numel % 16 == 0 (drawn in float32 and rounded, which is what
-    torch does then); every other case is delegated to torch. ``out``, if given, must be a
-    contiguous CPU tensor of ``shape`` and ``dtype`` for the kernel to fill it in place.
+    torch does then: checked by :func:`half_rule_status`); every other case is delegated to torch.
+    ``out``, if given, must be a contiguous CPU tensor of ``shape`` and ``dtype`` for the kernel
+    to fill it in place.
     """
     size = _as_shape(shape)
     n = math.prod(size)
@@ -408,7 +472,7 @@ def randn(
         code >= 0
         and generator.device.type == "cpu"
         and n >= max(16, KERNEL_MIN_NUMEL)
-        and (dtype == torch.float32 or (reduced and n % 16 == 0))
+        and (dtype == torch.float32 or (reduced and n % 16 == 0 and half_rule_status().holds))
         and (out is None or _out_matches(out, size, dtype))
     )
     if not servable:

@@ -99,8 +99,10 @@ class HalfDrawRule(str, enum.Enum):
     - `FLOAT32_THEN_CAST`: `torch.randn(shape, dtype=torch.float32, generator=g).to(half)`.
       Always drawn as float32 and cast: identical values and generator state.
     - `NATIVE`: `torch.randn(shape, dtype=half, generator=g)`. Drawn as float32 and cast only when
-      `numel % 16 == 0` (then identical, values and state); otherwise drawn natively by torch,
-      because the ragged tail of a native half draw differs and consumes a different word count.
+      `numel % 16 == 0` (then identical, values and state, on torch >= 2.13: checked against local
+      torch by `kernel.half_rule_status`); otherwise drawn natively by torch, because the ragged
+      tail of a native half draw differs and consumes a different word count (and where local
+      torch's half rule is not that one, in one torch call, unchunked).
     """
 
     FLOAT32_THEN_CAST = "float32_then_cast"
@@ -198,7 +200,7 @@ class Draw:
         return (
             self.dtype in _HALF_DTYPES
             and self.half_rule is HalfDrawRule.NATIVE
-            and self.numel % VECTOR_BLOCK != 0
+            and (self.numel % VECTOR_BLOCK != 0 or not kernel.half_rule_status().holds)
         )
 
     @property
@@ -494,9 +496,15 @@ def _native_half(
 
     `torch.randn` is `empty` + `normal_`, and a half `normal_` fills whole 16-blocks (a ragged
     last block is a fresh block over the last 16 slots), so the chunked fill of `fill_normal_`
-    is the same draw. The scalar path (numel < 16) is left to torch in one call, as before.
+    is the same draw. The scalar path (numel < 16) is left to torch in one call, as before, and
+    so is the whole draw where local torch's half rule is not that one (`half_rule_status`).
     """
-    if draw.takes_scalar_path or (cancel is None and chunk_elems is None):
+    native = noise_stream == noise_streams.NATIVE
+    if (
+        draw.takes_scalar_path
+        or (cancel is None and chunk_elems is None)
+        or (native and not kernel.half_rule_status().holds)
+    ):
         if noise_stream == noise_streams.NATIVE:
             return torch.randn(draw.shape, dtype=draw.dtype, generator=generator)
         return noise_streams.randn(

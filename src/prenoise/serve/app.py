@@ -34,6 +34,7 @@ from typing import Any
 from anyio import to_thread
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.concurrency import run_in_threadpool
@@ -46,6 +47,7 @@ from prenoise.ref2va.pipeline import Ref2VAPipeline
 from prenoise.serve import content
 from prenoise.serve.admission import Refused
 from prenoise.serve.jobs import TERMINAL, JobState
+from prenoise.serve.openapi import CREATE_VIDEO_OPENAPI, components
 from prenoise.serve.schema import RequestRejected, build_recipe, parse_request
 from prenoise.serve.service import ServeSettings, Service
 from prenoise.serve.uploads import (
@@ -167,7 +169,7 @@ def create_app(settings: ServeSettings, pipeline: Ref2VAPipeline | None = None) 
         service.reject()
         return _error(exc.status, str(exc), exc.field)
 
-    @app.post("/v1/videos", status_code=202)
+    @app.post("/v1/videos", status_code=202, openapi_extra=CREATE_VIDEO_OPENAPI)
     async def create_video(request: Request) -> JSONResponse:
         job_id = service.new_job_id()
         folder = service.upload_dir(job_id)
@@ -264,6 +266,15 @@ def create_app(settings: ServeSettings, pipeline: Ref2VAPipeline | None = None) 
     async def metrics() -> Response:
         return Response(service.metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
+    def openapi() -> dict[str, Any]:
+        """FastAPI's schema plus the request-body models it cannot see (`serve.openapi`)."""
+        if app.openapi_schema is None:
+            schema = get_openapi(title=app.title, version=app.version, routes=app.routes)
+            schema.setdefault("components", {}).setdefault("schemas", {}).update(components())
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
     return app
 
 

@@ -22,7 +22,7 @@ from diffusers.utils.torch_utils import randn_tensor
 
 from bitwise import bitwise_equal, same_state
 from prenoise.integrations.diffusers import call as call_module
-from prenoise.integrations.diffusers import digests, registry
+from prenoise.integrations.diffusers import digests, draw_calls, registry
 from prenoise.integrations.diffusers import plan as plan_module
 from prenoise.integrations.diffusers import queue as queue_module
 from prenoise.integrations.diffusers import report as report_module
@@ -31,6 +31,7 @@ from prenoise.integrations.diffusers.plan import PlannedDraw, Unpredictable
 from prenoise.integrations.diffusers.queue import ReplayQueue
 from prenoise.integrations.diffusers.streams import StreamTarget
 from prenoise.noise import streams as noise_streams
+from prenoise.preparation.draws import HalfDrawRule
 from prenoise.preparation.executor import PreparationExecutor
 
 LOGGER = "prenoise.integrations.diffusers"
@@ -443,20 +444,20 @@ def test_entry_rows_and_draw_names() -> None:
         ("y.0", (1, 8), torch.float16),
         ("y.1", (1, 8), torch.float16),
     ]
-    assert all(d.half_rule is queue_module.HalfDrawRule.NATIVE for d in two.draws)
+    assert all(d.half_rule is HalfDrawRule.NATIVE for d in two.draws)
     assert one.before is None
 
 
 def test_helpers() -> None:
     g1, g2 = gen(), gen()
-    assert queue_module._unique([g1, g2, g1]) == [g1, g2]
-    assert queue_module._normalize(None) is None
-    assert queue_module._normalize([g1, g2]) == (g1, g2)
-    assert queue_module._normalize(g1) == (g1,)
-    assert queue_module._normalize((g1,)) is None
-    assert queue_module._target_device("meta") == torch.device("meta")
-    assert queue_module._target_device(None) == torch.device("cpu")
-    assert queue_module._target_device(torch.device("meta")) == torch.device("meta")
+    assert draw_calls.unique_generators([g1, g2, g1]) == [g1, g2]
+    assert draw_calls.generators_of(None) is None
+    assert draw_calls.generators_of([g1, g2]) == (g1, g2)
+    assert draw_calls.generators_of(g1) == (g1,)
+    assert draw_calls.generators_of((g1,)) is None
+    assert draw_calls.target_device("meta") == torch.device("meta")
+    assert draw_calls.target_device(None) == torch.device("cpu")
+    assert draw_calls.target_device(torch.device("meta")) == torch.device("meta")
 
 
 # -- call: a fake pipeline -----------------------------------------------------------------------

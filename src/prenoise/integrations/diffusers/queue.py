@@ -32,10 +32,18 @@ from typing import Any
 
 import torch
 
+from prenoise.integrations.diffusers.draw_calls import (
+    bind_randn_tensor,
+    call_problem,
+    generators_of,
+    planned_rows,
+    target_device,
+    unique_generators,
+)
 from prenoise.integrations.diffusers.patching import RandnTensor
 from prenoise.integrations.diffusers.plan import PlannedDraw
 from prenoise.integrations.diffusers.step_noise import StepLookahead
-from prenoise.preparation.draws import Draw, HalfDrawRule, run_draw
+from prenoise.preparation.draws import Draw, run_draw
 from prenoise.preparation.executor import PreparationExecutor
 
 __all__ = ["ReplayQueue"]
@@ -49,33 +57,6 @@ class _Entry:
     job: str
     draws: tuple[Draw, ...]
     before: list[tuple[torch.Generator, torch.Tensor]] | None = field(default=None, repr=False)
-
-
-def _unique(generators: Sequence[torch.Generator]) -> list[torch.Generator]:
-    seen: dict[int, torch.Generator] = {}
-    for g in generators:
-        seen.setdefault(id(g), g)
-    return list(seen.values())
-
-
-def _normalize(generator: object) -> tuple[torch.Generator, ...] | None:
-    if generator is None:
-        return None
-    if isinstance(generator, list):
-        return tuple(generator)
-    if isinstance(generator, torch.Generator):
-        return (generator,)
-    return None
-
-
-def _bind(
-    shape: Any,
-    generator: Any = None,
-    device: Any = None,
-    dtype: Any = None,
-    layout: Any = None,
-) -> tuple[Any, Any, Any, Any, Any]:
-    return shape, generator, device, dtype, layout
 
 
 class ReplayQueue:
@@ -105,12 +86,7 @@ class ReplayQueue:
     @staticmethod
     def _entry(index: int, planned: PlannedDraw) -> _Entry:
         # Built on the request thread: an invalid draw raises here, before anything runs.
-        row = planned.shape if len(planned.generators) == 1 else (1, *planned.shape[1:])
-        draws = tuple(
-            Draw(f"{planned.label}.{i}", row, planned.dtype, half_rule=HalfDrawRule.NATIVE)
-            for i in range(len(planned.generators))
-        )
-        return _Entry(planned, f"{index}:{planned.label}", draws)
+        return _Entry(planned, f"{index}:{planned.label}", planned_rows(planned))
 
     # -- preparation (worker thread) ------------------------------------------------------------
     def start(self, executor: PreparationExecutor) -> None:
@@ -121,13 +97,13 @@ class ReplayQueue:
                 entry.job,
                 lambda entry=entry: self._draw(entry, self._noise_stream),  # type: ignore[misc]
                 predicted=entry.planned.key,
-                generators=_unique(entry.planned.generators),
+                generators=unique_generators(entry.planned.generators),
             )
 
     @staticmethod
     def _draw(entry: _Entry, noise_stream: str) -> torch.Tensor:
         generators = entry.planned.generators
-        entry.before = [(g, g.get_state()) for g in _unique(generators)]
+        entry.before = [(g, g.get_state()) for g in unique_generators(generators)]
         rows = [
             run_draw(d, g, allow_scalar_path=True, noise_stream=noise_stream)
             for d, g in zip(entry.draws, generators, strict=True)
@@ -148,10 +124,10 @@ class ReplayQueue:
         """Answer one `randn_tensor(*args, **kwargs)` call of this context (see module doc)."""
         original = self._fallback or original
         try:
-            shape, generator, device, dtype, layout = _bind(*args, **kwargs)
+            shape, generator, device, dtype, layout = bind_randn_tensor(*args, **kwargs)
         except TypeError:
             return original(*args, **kwargs)
-        gens = _normalize(generator)
+        gens = generators_of(generator)
         with self._lock:
             if (
                 not self._active
@@ -165,7 +141,7 @@ class ReplayQueue:
                 return self.steps.serve(original, args, kwargs, shape, gens, device, dtype, layout)
             entry = self._entries[self._position]
             assert self._executor is not None
-            problem = self._check(entry, shape, gens, device, dtype, layout)
+            problem = call_problem(entry.planned, shape, gens, device, dtype, layout)
             if problem is None:
                 start = time.perf_counter()
                 try:
@@ -174,36 +150,11 @@ class ReplayQueue:
                     problem = f"prepared draw {entry.planned.label!r} failed: {error!r}"
                 else:
                     self._position += 1
-                    out = tensor.to(_target_device(device))
+                    out = tensor.to(target_device(device))
                     self.wait_s += time.perf_counter() - start
                     return out
             self._settle_locked(problem)
         return original(*args, **kwargs)
-
-    @staticmethod
-    def _check(
-        entry: _Entry,
-        shape: Any,
-        gens: tuple[torch.Generator, ...],
-        device: Any,
-        dtype: Any,
-        layout: Any,
-    ) -> str | None:
-        planned = entry.planned
-        if not isinstance(shape, tuple | torch.Size):
-            return f"shape {shape!r} is not a tuple"
-        actual_dtype = dtype if dtype is not None else torch.get_default_dtype()
-        actual = (tuple(shape), actual_dtype, tuple(id(g) for g in gens))
-        if actual != planned.key:
-            return (
-                f"expected {planned.describe()}, the call drew {list(shape)} {actual_dtype} "
-                f"on {len(gens)} generator(s)"
-            )
-        if layout not in (None, torch.strided):
-            return f"layout {layout}"
-        if device is None and torch.get_default_device().type != "cpu":
-            return f"device=None with default device {torch.get_default_device()}"
-        return None
 
     def _settle_locked(self, problem: str) -> None:
         if not self._active:
@@ -238,9 +189,3 @@ class ReplayQueue:
             if self.steps is not None:
                 self.steps.finish()
             return self.mismatch
-
-
-def _target_device(device: Any) -> torch.device:
-    if isinstance(device, str):
-        device = torch.device(device)
-    return device or torch.device("cpu")

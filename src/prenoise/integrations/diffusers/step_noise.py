@@ -49,6 +49,7 @@ from typing import Any
 import torch
 
 from prenoise.integrations.diffusers.digests import step_code_problem
+from prenoise.integrations.diffusers.draw_calls import target_device
 from prenoise.integrations.diffusers.report import first_time
 from prenoise.preparation.draws import Draw, HalfDrawRule, run_draw
 from prenoise.preparation.executor import PreparationExecutor
@@ -375,7 +376,7 @@ class StepLookahead:
         generator.set_state(after)
         self.served += 1
         self.first_ahead = True
-        out = tensor.to(_target_device(device))
+        out = tensor.to(target_device(device))
         self.wait_s += time.perf_counter() - start
         return out
 
@@ -453,7 +454,7 @@ class StepLookahead:
             return original(*args, **kwargs)
         self._generator.set_state(prepared.after)
         self.served += 1
-        out = tensor.to(_target_device(device))
+        out = tensor.to(target_device(device))
         self.wait_s += time.perf_counter() - start
         if self._to_submit > 0:  # last: the woken worker then competes with nothing here
             self._submit_locked()
@@ -483,9 +484,3 @@ class StepLookahead:
         with self._lock:
             left = self._jobs or self._to_submit > 0
             self._end_locked("the call ended before the planned per-step draws" if left else None)
-
-
-def _target_device(device: Any) -> torch.device:
-    if isinstance(device, str):
-        device = torch.device(device)
-    return device or torch.device("cpu")

@@ -30,8 +30,16 @@ from typing import Any
 
 import torch
 
+from prenoise.integrations.diffusers.draw_calls import (
+    bind_randn_tensor,
+    call_problem,
+    generators_of,
+    planned_rows,
+    target_device,
+    unique_generators,
+)
 from prenoise.integrations.diffusers.plan import PlannedDraw
-from prenoise.preparation.draws import Draw, HalfDrawRule, run_draw
+from prenoise.preparation.draws import Draw, run_draw
 from prenoise.preparation.executor import PreparationExecutor
 
 __all__ = ["CloneReplayQueue"]
@@ -49,29 +57,11 @@ class _Entry:
     after: dict[int, torch.Tensor] = field(default_factory=dict, repr=False)
 
 
-def _unique(generators: Sequence[torch.Generator]) -> list[torch.Generator]:
-    seen: dict[int, torch.Generator] = {}
-    for g in generators:
-        seen.setdefault(id(g), g)
-    return list(seen.values())
-
-
-def _bind(
-    shape: Any,
-    generator: Any = None,
-    device: Any = None,
-    dtype: Any = None,
-    layout: Any = None,
-) -> tuple[Any, Any, Any, Any, Any]:
-    return shape, generator, device, dtype, layout
-
-
 def _generators(generator: object) -> tuple[torch.Generator, ...] | None:
-    if isinstance(generator, torch.Generator):
-        return (generator,)
-    if isinstance(generator, list) and all(isinstance(g, torch.Generator) for g in generator):
-        return tuple(generator)
-    return None
+    gens = generators_of(generator)
+    if gens is None or not all(isinstance(g, torch.Generator) for g in gens):
+        return None
+    return gens
 
 
 class CloneReplayQueue:
@@ -130,12 +120,7 @@ class CloneReplayQueue:
 
     @staticmethod
     def _entry(index: int, planned: PlannedDraw) -> _Entry:
-        row = planned.shape if len(planned.generators) == 1 else (1, *planned.shape[1:])
-        draws = tuple(
-            Draw(f"{planned.label}.{i}", row, planned.dtype, half_rule=HalfDrawRule.NATIVE)
-            for i in range(len(planned.generators))
-        )
-        return _Entry(planned, f"{index}:{planned.label}", draws)
+        return _Entry(planned, f"{index}:{planned.label}", planned_rows(planned))
 
     @staticmethod
     def _draw(entry: _Entry, clones: dict[int, torch.Generator], stream: str) -> torch.Tensor:
@@ -154,7 +139,7 @@ class CloneReplayQueue:
         """Answer one `randn_tensor(*args, **kwargs)` call of this context (see module doc)."""
         original = self._fallback or original
         try:
-            shape, generator, device, dtype, layout = _bind(*args, **kwargs)
+            shape, generator, device, dtype, layout = bind_randn_tensor(*args, **kwargs)
         except TypeError:
             return original(*args, **kwargs)
         gens = _generators(generator)
@@ -167,7 +152,7 @@ class CloneReplayQueue:
             ):
                 return original(*args, **kwargs)
             entry = self._entries[self._position]
-            problem = self._check(entry, shape, gens, device, dtype, layout)
+            problem = call_problem(entry.planned, shape, gens, device, dtype, layout)
             if problem is None:
                 start = time.perf_counter()
                 try:
@@ -177,43 +162,18 @@ class CloneReplayQueue:
                 else:
                     problem = self._state_problem(entry, gens)
                     if problem is None:
-                        for g in _unique(gens):
+                        for g in unique_generators(gens):
                             g.set_state(entry.after[id(g)])
                         self._position += 1
-                        out = tensor.to(_target_device(device))
+                        out = tensor.to(target_device(device))
                         self.wait_s += time.perf_counter() - start
                         return out
             self._end_locked(problem)
         return original(*args, **kwargs)
 
     @staticmethod
-    def _check(
-        entry: _Entry,
-        shape: Any,
-        gens: tuple[torch.Generator, ...],
-        device: Any,
-        dtype: Any,
-        layout: Any,
-    ) -> str | None:
-        planned = entry.planned
-        if not isinstance(shape, tuple | list | torch.Size):
-            return f"shape {shape!r} is not a tuple"
-        actual_dtype = dtype if dtype is not None else torch.get_default_dtype()
-        actual = (tuple(int(s) for s in shape), actual_dtype, tuple(id(g) for g in gens))
-        if actual != planned.key:
-            return (
-                f"expected {planned.describe()}, the call drew {list(shape)} {actual_dtype} "
-                f"on {len(gens)} generator(s)"
-            )
-        if layout not in (None, torch.strided):
-            return f"layout {layout}"
-        if device is None and torch.get_default_device().type != "cpu":
-            return f"device=None with default device {torch.get_default_device()}"
-        return None
-
-    @staticmethod
     def _state_problem(entry: _Entry, gens: tuple[torch.Generator, ...]) -> str | None:
-        for g in _unique(gens):
+        for g in unique_generators(gens):
             if not torch.equal(g.get_state(), entry.before[id(g)]):
                 return (
                     f"the generator moved since the draws were planned (before "
@@ -251,9 +211,3 @@ class CloneReplayQueue:
                 self._end_locked(f"the call did not make the planned draw(s): {left}")
             self._active = False
             return self.mismatch
-
-
-def _target_device(device: Any) -> torch.device:
-    if isinstance(device, str):
-        device = torch.device(device)
-    return device or torch.device("cpu")

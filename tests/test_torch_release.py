@@ -16,17 +16,24 @@ the half-precision rule check, with the process's choices forgotten before and a
 from __future__ import annotations
 
 import logging
+import os
+import re
 import threading
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+import tomllib
 import torch
+from packaging.requirements import Requirement
+from packaging.version import Version
 
 from prenoise.noise import kernel
 from prenoise.noise import streams as noise_streams
 from prenoise.preparation.draws import Draw, HalfDrawRule, run_draw
 
+REPO = Path(__file__).resolve().parents[1]
 FAKE = "2.99.0+fake"
 HALF = (torch.bfloat16, torch.float16)
 
@@ -70,6 +77,25 @@ def fake_release(monkeypatch: pytest.MonkeyPatch, changes: Callable[[torch.Tenso
     monkeypatch.setattr(torch, "randn", randn)
     monkeypatch.setattr(torch.Tensor, "normal_", normal_)
     monkeypatch.setattr(torch, "__version__", FAKE)
+
+
+def test_the_torch_under_test_is_the_release_make_asked_for() -> None:
+    """`make pytest` runs on torch 2.13.0, `make pytest-torch-2.14` on 2.14.1: each sets it."""
+    expected = os.environ.get("PRENOISE_EXPECT_TORCH")
+    if expected is None:
+        pytest.skip("PRENOISE_EXPECT_TORCH is unset (the make targets set it)")
+    assert torch.__version__.split("+")[0] == expected
+
+
+def test_the_lowest_torch_admitted_is_the_tested_one() -> None:
+    """pyproject's torch floor is the Makefile's pinned (tested) release; releases below it draw
+    bfloat16/float16 otherwise (kernel.half_rule_status)."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    (torch_req,) = [Requirement(r) for r in project["dependencies"] if r.startswith("torch")]
+    (floor,) = [Version(s.version) for s in torch_req.specifier if s.operator == ">="]
+    assert [s.operator for s in torch_req.specifier] == [">="]  # no cap: newer ones self-check
+    pinned = re.search(r"^TORCH_PIN := torch==(\S+)$", (REPO / "Makefile").read_text(), re.M)
+    assert pinned is not None and floor == Version(pinned.group(1))
 
 
 def test_the_installed_torch_passes_every_check(fresh: None) -> None:

@@ -23,6 +23,7 @@ from prenoise.cli.args import (
     missing_directory,
 )
 from prenoise.cli.parser import DEBUG_ENV_VAR, build_parser
+from prenoise.cli.progress import CommandProgress
 from prenoise.ref2va.cli_options import check_request_outputs, generate_out_path
 
 if TYPE_CHECKING:
@@ -176,8 +177,6 @@ def _stage_table(title: str, seconds: dict[str, float]) -> Table:
 
 
 def _cmd_generate(args: argparse.Namespace) -> int:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn
-
     from prenoise.ref2va.cli_options import load_models, recipe_from_args
     from prenoise.ref2va.pipeline import Ref2VAPipeline
     from prenoise.ref2va.request_budget import check_request
@@ -187,19 +186,15 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     missing = check_request_outputs(args, recipe)
     out = generate_out_path(args, recipe)
     check_request(recipe)  # too big or bad media fails here, before any model work
-    columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
-    with Progress(*columns, console=console, transient=True) as progress:
-        stage = progress.add_task("load models", total=None)
+    with CommandProgress(console, "generate", quiet=args.quiet) as progress:
+        progress.stage("load models")
         pipeline = Ref2VAPipeline(load_models(recipe), device=recipe.device)
-        steps = progress.add_task("denoise", total=recipe.steps, visible=False)
 
         def on_stage(name: str) -> None:
-            progress.update(stage, description=name)
-            if name.startswith("denoise"):
-                progress.reset(steps, total=recipe.steps, visible=True, description=name)
+            progress.stage(name, recipe.steps if name.startswith("denoise") else None)
 
         def on_step(info: StepInfo) -> None:
-            progress.update(steps, completed=info.step)
+            progress.advance(info.step)
 
         result = pipeline.generate(
             recipe,
@@ -227,9 +222,10 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     recipe = recipe_from_args(args)
     missing = check_request_outputs(args, recipe)
     check_request(recipe)
-    with console.status("preparing the request with both arms…"):
+    with CommandProgress(console, "verify", quiet=args.quiet) as progress:
+        progress.stage("load models")
         pipeline = Ref2VAPipeline(load_models(recipe), device=recipe.device)
-        result = verify_recipe(pipeline, recipe)
+        result = verify_recipe(pipeline, recipe, on_stage=progress.stage)
     report = result.to_json()
     table = Table(title=f"{recipe.name}: serial vs overlapped")
     for column in ("field", "equal", "shape", "sha256 (serial)"):
@@ -242,9 +238,9 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     if args.pairs and result.equal:  # timing arms that differ would compare different work
         from prenoise.ref2va.bench import BenchConfig, bench_timing, run_bench
 
-        with console.status("timing alternating pairs…") as status:
+        with CommandProgress(console, "verify", quiet=args.quiet) as progress:
             config = BenchConfig(args.pairs, warmup=0)
-            summary = run_bench(pipeline, recipe, config, on_request=status.update).summary
+            summary = run_bench(pipeline, recipe, config, on_request=progress.stage).summary
         timing = bench_timing(summary)
         report["paired_timings"] = {
             k: summary[k] for k in ("pairs", "serial", "overlapped", "delta")
@@ -330,9 +326,10 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     missing = check_request_outputs(args, recipe)
     check_request(recipe)
     config = BenchConfig(args.pairs, args.warmup, args.full, args.encoder_threads)
-    with console.status("loading models…") as status:
+    with CommandProgress(console, "bench", quiet=args.quiet) as progress:
+        progress.stage("load models")
         pipeline = Ref2VAPipeline(load_models(recipe), device=recipe.device)
-        result = run_bench(pipeline, recipe, config, on_request=status.update)
+        result = run_bench(pipeline, recipe, config, on_request=progress.stage)
     summary = result.summary
     console.print(_bench_table(summary))
     _print_attribution(summary["attribution"])

@@ -218,6 +218,14 @@ def build_parser() -> argparse.ArgumentParser:
     add_vllm_omni_arguments(vllm)
     vllm.formatter_class = HelpFormatter  # keeps its description's line breaks, shows defaults
 
+    for long_command in (gen, ver, bench):
+        long_command.add_argument(
+            "--quiet",
+            action="store_true",
+            help="no progress (on a terminal a live line, elsewhere one stderr line per stage); "
+            "results and errors still print",
+        )
+
     debug_help = f"show tracebacks instead of one-line errors (also: {DEBUG_ENV_VAR}=1)"
     parser.add_argument("--debug", action="store_true", help=debug_help)
     for command in sub.choices.values():  # also accepted after the command

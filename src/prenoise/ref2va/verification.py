@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -111,23 +112,30 @@ class VerifyResult:
         return f"{verdict}: {n - len(bad)}/{n} fields; global RNG {rng}"
 
 
-def verify_recipe(pipeline: Ref2VAPipeline, recipe: Recipe) -> VerifyResult:
+def verify_recipe(
+    pipeline: Ref2VAPipeline, recipe: Recipe, *, on_stage: Callable[[str], None] | None = None
+) -> VerifyResult:
     """Prepare every output with both arms and compare all fields bitwise.
 
-    `equal` is True only when every field is bitwise equal (values, shape, dtype, device,
+    `on_stage` hears each stage's name as it starts. `equal` is True only when every field is
+    bitwise equal (values, shape, dtype, device,
     strides, storage offset) and the global RNG state is unchanged by both arms.
     """
+    stage = on_stage or (lambda _name: None)
     before = snapshot_global_rng()
     tracers = {"serial": Tracer(), "overlapped": Tracer()}
+    stage("prepare: serial arm")
     serial, _ = pipeline.prepare_outputs(
         recipe, "serial", keep_noise=True, tracer=tracers["serial"]
     )
+    stage("prepare: overlapped arm")
     overlapped, events = pipeline.prepare_outputs(
         recipe, "overlapped", keep_noise=True, tracer=tracers["overlapped"]
     )
     thread = threading.get_ident()
     timings = {arm: derive_metrics(t.spans, thread) for arm, t in tracers.items()}
     rng_unchanged = not before.differences(snapshot_global_rng())
+    stage("compare")
     report = compare(nest_dotted(prepared_fields(serial)), nest_dotted(prepared_fields(overlapped)))
     return VerifyResult(
         equal=report.equal and rng_unchanged,

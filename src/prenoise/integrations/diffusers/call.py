@@ -42,9 +42,9 @@ from prenoise.integrations.diffusers.raw_draws import CallWindow, active_window,
 from prenoise.integrations.diffusers.registry import planner_for
 from prenoise.integrations.diffusers.report import (
     CallReport,
-    first_time,
     log_once,
     say_active_once,
+    warn_left_plan_once,
 )
 from prenoise.integrations.diffusers.step_noise import (
     StepLookahead,
@@ -196,16 +196,7 @@ def overlapped_call_with_report(pipe: Any, *args: Any, **kwargs: Any) -> tuple[A
             raise
         left = queue.finish()
     end = time.perf_counter()
-    if left is not None and first_time(name, "left-plan"):
-        # Overlapped (the report says so): only part of the plan was served; the values are the
-        # plain call's either way, since the generators were set back.
-        logger.warning(
-            "prenoise: %s: %d of %d prepared draws served, the rest discarded (%s)",
-            name,
-            queue.served,
-            len(planned),
-            left,
-        )
+    warn_left_plan_once(name, queue.served, len(planned), left)
     report = CallReport(
         name,
         True,

@@ -14,7 +14,13 @@ from dataclasses import dataclass
 
 from prenoise.integrations.diffusers.plan import PlannedDraw
 
-__all__ = ["CallReport", "first_time", "log_once", "say_active_once"]
+__all__ = [
+    "CallReport",
+    "first_time",
+    "log_once",
+    "say_active_once",
+    "warn_left_plan_once",
+]
 
 logger = logging.getLogger("prenoise.integrations.diffusers")
 
@@ -101,3 +107,17 @@ class CallReport:
     def overhead_s(self) -> float:
         """The request thread's seconds spent in prenoise: set-up + waits + teardown."""
         return self.setup_s + self.wait_s + self.step_wait_s + self.teardown_s
+
+
+def warn_left_plan_once(pipeline: str, served: int, planned: int, left: str | None) -> None:
+    """Warn (once per class) that an overlapped call served only `served` of its `planned`
+    prepared draws and discarded the rest because of `left` (nothing when `left` is None). The
+    values are the plain call's either way: the discarded draws never reach the pipeline."""
+    if left is not None and first_time(pipeline, "left-plan"):
+        logger.warning(
+            "prenoise: %s: %d of %d prepared draws served, the rest discarded (%s)",
+            pipeline,
+            served,
+            planned,
+            left,
+        )

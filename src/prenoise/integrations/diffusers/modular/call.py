@@ -39,10 +39,9 @@ from prenoise.integrations.diffusers.pipeline_class import original_class
 from prenoise.integrations.diffusers.plan import PlannedDraw, Unpredictable, call_generators
 from prenoise.integrations.diffusers.report import (
     CallReport,
-    first_time,
     log_once,
-    logger,
     say_active_once,
+    warn_left_plan_once,
 )
 from prenoise.integrations.diffusers.streams import (
     noise_stream_of,
@@ -179,14 +178,7 @@ def overlapped_modular_call_with_report(
         return output, report
     planned = watcher.planned
     say_active_once(name, planned)
-    if left is not None and first_time(name, "left-plan"):
-        logger.warning(
-            "prenoise: %s: %d of %d prepared draws served, the rest drawn plainly (%s)",
-            name,
-            queue.served,
-            len(planned),
-            left,
-        )
+    warn_left_plan_once(name, queue.served, len(planned), left)
     report = CallReport(
         name,
         True,

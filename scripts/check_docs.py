@@ -13,6 +13,8 @@ What it checks:
    path or by python/bash, and pytest paths. Unknown commands are accepted.
 3. No file in README.md, docs/, benchmarks/**/*.md or src/ mentions the team's private notes
    folder (`PRIVATE_NOTES`): it is not part of the project.
+4. Generated blocks are current: docs/recipes.md's key reference is what
+   `prenoise.ref2va.recipe_docs.recipe_reference()` writes from the recipe model now.
 """
 
 from __future__ import annotations
@@ -522,10 +524,44 @@ def check_private_notes(root: Path) -> Problems:
     return problems
 
 
+# --- generated blocks ------------------------------------------------------------------------
+
+
+def real_generated() -> dict[str, tuple[str, str, str]]:
+    """`{file: (begin marker, end marker, block)}` of every generated block (imports prenoise)."""
+    from prenoise.ref2va.recipe_docs import BEGIN, END, recipe_reference
+
+    return {"docs/recipes.md": (BEGIN, END, recipe_reference())}
+
+
+def check_generated(root: Path, generated: Mapping[str, tuple[str, str, str]]) -> Problems:
+    """A generated block that differs from what its generator writes now (files that exist)."""
+    problems = []
+    for name, (begin, end, block) in generated.items():
+        path = root / name
+        if not path.is_file():
+            continue  # a missing page is a broken link wherever it is linked
+        text = path.read_text()
+        start, stop = text.find(begin), text.find(end)
+        if start < 0 or stop < start:
+            problems.append(f"{name}:1: the generated block ({begin!r} … {end!r}) is missing")
+        elif text[start : stop + len(end)] != block:
+            line = text.count("\n", 0, start) + 1
+            problems.append(
+                f"{name}:{line}: the generated block is stale: replace it with the output of "
+                "`python -m prenoise.ref2va.recipe_docs`"
+            )
+    return problems
+
+
 # --- all together ---------------------------------------------------------------------------
 
 
-def check(root: Path, cli: Callable[[], Cli] = real_cli) -> Problems:
+def check(
+    root: Path,
+    cli: Callable[[], Cli] = real_cli,
+    generated: Callable[[], Mapping[str, tuple[str, str, str]]] = real_generated,
+) -> Problems:
     """Every problem found under `root`, as `FILE:LINE: what is wrong` lines."""
     root = root.resolve()
     docs = Docs()
@@ -547,6 +583,7 @@ def check(root: Path, cli: Callable[[], Cli] = real_cli) -> Problems:
             for offset, problem in commands.check_block(token.content, lang == "console"):
                 problems.append(f"{rel}:{token.map[0] + 2 + offset}: {problem}")
     problems += check_private_notes(root)
+    problems += check_generated(root, generated())
     return problems
 
 

@@ -38,8 +38,11 @@ class AudioVAEConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     sample_rate: int = Field(default=16000, ge=400, le=MAX_SAMPLE_RATE)
+    """Waveform samples per second, a multiple of 40 (the latent rate)."""
     hidden: int = Field(default=128, ge=4)
+    """Width of the encoder's and decoder's hidden layers."""
     features: int = Field(default=geometry.AUDIO_FEATURES, ge=1)
+    """Latent features per channel and frame."""
 
     @field_validator("sample_rate")
     @classmethod

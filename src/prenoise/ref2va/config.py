@@ -46,11 +46,21 @@ class ModelConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    text: TextEncoderConfig = TextEncoderConfig()
-    video_vae: VideoVAEConfig = VideoVAEConfig()
-    audio_vae: AudioVAEConfig = AudioVAEConfig()
-    transformer: TransformerConfig = TransformerConfig()
-    init_seed: int = 0
+    text: TextEncoderConfig = Field(
+        default=TextEncoderConfig(), description="the T5-style text encoder's sizes"
+    )
+    video_vae: VideoVAEConfig = Field(
+        default=VideoVAEConfig(), description="the video VAE's sizes (24 latent channels, /16)"
+    )
+    audio_vae: AudioVAEConfig = Field(
+        default=AudioVAEConfig(), description="the audio VAE's sizes (latents at 40 Hz)"
+    )
+    transformer: TransformerConfig = Field(
+        default=TransformerConfig(), description="the joint video/audio transformer's sizes"
+    )
+    init_seed: int = Field(
+        default=0, description="seed of the random weights (used when no checkpoint is given)"
+    )
 
 
 class SyntheticSpec(BaseModel):
@@ -58,9 +68,9 @@ class SyntheticSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    seconds: float = Field(default=2.0, gt=0)
-    width: int = Field(default=256, ge=32)
-    height: int = Field(default=160, ge=32)
+    seconds: float = Field(default=2.0, gt=0, description="length of the file written")
+    width: int = Field(default=256, ge=32, description="frame width in pixels")
+    height: int = Field(default=160, ge=32, description="frame height in pixels")
 
 
 class ReferenceSpec(BaseModel):
@@ -68,11 +78,18 @@ class ReferenceSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    kind: Literal["image", "video", "audio"]
-    path: OsPath
-    synthetic: SyntheticSpec | None = None
-    use_audio: bool = True
-    max_seconds: float | None = Field(default=None, gt=0)
+    kind: Literal["image", "video", "audio"] = Field(
+        description="image and video give a visual condition; a video's soundtrack and an audio "
+        "clip give an audio condition"
+    )
+    path: OsPath = Field(description="the file, relative to the current directory")
+    synthetic: SyntheticSpec | None = Field(
+        default=None, description="when the file is missing, write a synthetic one of this size"
+    )
+    use_audio: bool = Field(default=True, description="a video's soundtrack conditions the audio")
+    max_seconds: float | None = Field(
+        default=None, gt=0, description="use at most this many seconds of a video or audio clip"
+    )
 
     @property
     def is_visual(self) -> bool:
@@ -91,11 +108,22 @@ class ParallelConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    ranks: int | None = Field(default=None, ge=1)
-    text_encoder_tp: int = Field(default=1, ge=1)
-    sequence_parallel: bool = True
-    host_shared_noise: bool = True
-    timeout_s: float = Field(default=300.0, gt=0)
+    ranks: int | None = Field(
+        default=None, ge=1, description="must equal torchrun's WORLD_SIZE when given"
+    )
+    text_encoder_tp: int = Field(
+        default=1, ge=1, description="shard the text encoder over groups of this many ranks"
+    )
+    sequence_parallel: bool = Field(
+        default=True, description="split the transformer's sequence over the ranks"
+    )
+    host_shared_noise: bool = Field(
+        default=True,
+        description="the ranks of one host split the draws and map one copy from shared memory",
+    )
+    timeout_s: float = Field(
+        default=300.0, gt=0, description="the longest wait for another rank, in seconds"
+    )
 
 
 SHIFT_MIN, SHIFT_MAX = 0.01, 100.0
@@ -116,30 +144,68 @@ class Recipe(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    name: str = "ref2va"
-    prompt: str
-    references: list[ReferenceSpec] = []
-    duration: float | None = Field(default=None, gt=0)
-    frames: int | None = Field(default=None, ge=1)
-    width: int | None = Field(default=None, ge=32)
-    height: int | None = Field(default=None, ge=32)
-    short_edge: int | None = Field(default=None, ge=32)
-    aspect: str = "16:9"
-    orientation: Literal["landscape", "portrait"] = "landscape"
-    seed: int = 42
-    noise_stream: Literal["native", "x86", "libm"] = "native"
-    steps: int = Field(default=50, ge=1)
-    shift_video: float = Field(default=12.0, ge=SHIFT_MIN, le=SHIFT_MAX)
-    shift_audio: float = Field(default=3.0, ge=SHIFT_MIN, le=SHIFT_MAX)
-    outputs: int = Field(default=1, ge=1)
-    output_dir: OsPath = Path("outputs")
-    tau_visual: float = Field(default=0.999, ge=0, le=1)
-    tau_audio: float = Field(default=1.0, ge=0, le=1)
-    device: str = "cpu"
-    model: ModelConfig = ModelConfig()
-    checkpoint: OsPath | None = None
-    parallel: ParallelConfig | None = None
-    limits: Limits = Limits()
+    name: str = Field(default="ref2va", description="names the outputs: OUTPUT_DIR/NAME.mp4")
+    prompt: str = Field(description="the text prompt")
+    references: list[ReferenceSpec] = Field(
+        default=[], description="reference media, in order (each key below)"
+    )
+    duration: float | None = Field(
+        default=None, gt=0, description="seconds (24 fps, frames aligned up to 17k + 5)"
+    )
+    frames: int | None = Field(
+        default=None, ge=1, description=f"frames instead of duration (neither: {DEFAULT_FRAMES})"
+    )
+    width: int | None = Field(
+        default=None, ge=32, description="pixels, with height (floored to a multiple of 32)"
+    )
+    height: int | None = Field(
+        default=None, ge=32, description="pixels, with width (floored to a multiple of 32)"
+    )
+    short_edge: int | None = Field(
+        default=None, ge=32, description="instead of width+height: the short side in pixels"
+    )
+    aspect: str = Field(default="16:9", description="with short_edge: width:height")
+    orientation: Literal["landscape", "portrait"] = Field(
+        default="landscape", description="with short_edge: which side is the long one"
+    )
+    seed: int = Field(
+        default=42, description="noise seed; output i uses seed + i (0 .. 2^64 - 1 for all)"
+    )
+    noise_stream: Literal["native", "x86", "libm"] = Field(
+        default="native",
+        description="noise arithmetic: local torch's, or the same on every machine (streams.md)",
+    )
+    steps: int = Field(default=50, ge=1, description="denoising steps")
+    shift_video: float = Field(
+        default=12.0, ge=SHIFT_MIN, le=SHIFT_MAX, description="the video sampler's sigma shift"
+    )
+    shift_audio: float = Field(
+        default=3.0, ge=SHIFT_MIN, le=SHIFT_MAX, description="the audio sampler's sigma shift"
+    )
+    outputs: int = Field(default=1, ge=1, description="MP4s per request (NAME.mp4, NAME-1.mp4, …)")
+    output_dir: OsPath = Field(default=Path("outputs"), description="where the MP4s go")
+    tau_visual: float = Field(
+        default=0.999, ge=0, le=1, description="how much of a visual condition is kept"
+    )
+    tau_audio: float = Field(
+        default=1.0,
+        ge=0,
+        le=1,
+        description="must be 1.0 (the contract has no audio-condition noise)",
+    )
+    device: str = Field(default="cpu", description="cpu, cuda or cuda:N")
+    model: ModelConfig = Field(
+        default=ModelConfig(), description="model sizes; a checkpoint's config must match"
+    )
+    checkpoint: OsPath | None = Field(
+        default=None, description="directory with safetensors + config (none: random weights)"
+    )
+    parallel: ParallelConfig | None = Field(
+        default=None, description="the layout under torchrun (distributed.md)"
+    )
+    limits: Limits = Field(
+        default=Limits(), description="caps checked before heavy work (cli.md#limits)"
+    )
 
     @field_validator("name")
     @classmethod

@@ -23,11 +23,17 @@ class TextEncoderConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     d_model: int = Field(default=64, ge=8)
+    """Width of the embeddings and of every layer's output."""
     num_layers: int = Field(default=2, ge=1)
+    """Encoder layers."""
     num_heads: int = Field(default=4, ge=1)
+    """Attention heads per layer."""
     d_kv: int = Field(default=16, ge=4)
+    """Width of one head's keys and values."""
     d_ff: int = Field(default=128, ge=8)
+    """Width of the feed-forward layer."""
     max_length: int = Field(default=64, ge=4)
+    """Tokens (UTF-8 bytes + end) the prompt is padded or cut to."""
 
 
 class ByteTokenizer:

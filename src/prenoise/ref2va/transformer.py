@@ -32,9 +32,13 @@ class TransformerConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     dim: int = Field(default=64, ge=8)
+    """Width of every token (even, divisible by num_heads)."""
     num_layers: int = Field(default=2, ge=1)
+    """Transformer blocks."""
     num_heads: int = Field(default=4, ge=1)
+    """Attention heads per block."""
     mlp_ratio: int = Field(default=4, ge=1)
+    """The feed-forward layer's width, in multiples of dim."""
 
     @model_validator(mode="after")
     def _heads_divide_dim(self) -> TransformerConfig:

@@ -30,8 +30,11 @@ class VideoVAEConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     hidden: int = Field(default=64, ge=4)
+    """Width of the encoder's and decoder's hidden layers."""
     latent_channels: Literal[24] = 24
+    """Latent channels (fixed by the Ref2VA contract)."""
     spatial_factor: Literal[16] = 16
+    """Pixels per latent cell along each side (fixed)."""
 
 
 class VideoVAE(nn.Module):

@@ -28,7 +28,16 @@ ALLOWED: Mapping[str, frozenset[str]] = {
     "integrations.vllm_omni": frozenset({*CORE, "ref2va"}),
     "distributed": frozenset({*CORE, "ref2va"}),
     "serve": frozenset({*CORE, "ref2va"}),
-    "cli": frozenset({*CORE, "ref2va", "distributed", "serve", "integrations.vllm_omni"}),
+    "cli": frozenset(
+        {
+            *CORE,
+            "ref2va",
+            "distributed",
+            "serve",
+            "integrations.vllm_omni",
+            "integrations.diffusers",
+        }
+    ),
     "__main__": frozenset({"cli"}),
     "integrations": frozenset(),
 }

@@ -94,8 +94,12 @@ def test_the_lowest_torch_admitted_is_the_tested_one() -> None:
     (torch_req,) = [Requirement(r) for r in project["dependencies"] if r.startswith("torch")]
     (floor,) = [Version(s.version) for s in torch_req.specifier if s.operator == ">="]
     assert [s.operator for s in torch_req.specifier] == [">="]  # no cap: newer ones self-check
-    pinned = re.search(r"^TORCH_PIN := torch==(\S+)$", (REPO / "Makefile").read_text(), re.M)
+    makefile = (REPO / "Makefile").read_text()
+    pinned = re.search(r"^TORCH_PIN := torch==(\S+)$", makefile, re.M)
     assert pinned is not None and floor == Version(pinned.group(1))
+    following = re.search(r"^TORCH_NEXT_PIN := torch==(\S+)$", makefile, re.M)
+    assert following is not None  # what `prenoise doctor` says was tested
+    assert (pinned.group(1), following.group(1)) == kernel.TESTED_TORCH_RELEASES
 
 
 def test_the_installed_torch_passes_every_check(fresh: None) -> None:

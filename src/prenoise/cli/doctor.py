@@ -1,4 +1,5 @@
-"""`prenoise doctor`: which noise backend and streams are active here, and the vLLM-Omni plugin."""
+"""`prenoise doctor`: what is active on this install and why, per part: the noise backend and
+torch's self-checks, the noise streams, the diffusers integration, the vLLM-Omni plugin."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ __all__ = ["doctor_table"]
 
 
 def doctor_table() -> Table:
-    """The doctor's report: noise backend, torch, noise streams, the vLLM-Omni plugin."""
+    """The doctor's report: noise backend, torch, noise streams, diffusers, the vLLM-Omni plugin."""
     import torch
 
     from prenoise.noise import kernel
@@ -26,13 +27,28 @@ def doctor_table() -> Table:
     table.add_row("why", status.reason)
     table.add_row(kernel.ENV_VAR, os.environ.get(kernel.ENV_VAR, "(unset)"))
     table.add_row("2 MiB pages for big buffers", kernel.huge_page_status())
-    table.add_row("torch", torch.__version__)
+    tested = ", ".join(kernel.TESTED_TORCH_RELEASES)
+    table.add_row(
+        "torch", f"{torch.__version__} (tested: {tested}; any torch is self-checked here)"
+    )
+    half = kernel.half_rule_status()
+    table.add_row("torch bf16/f16 rule", ("ok: " if half.holds else "REFUSED: ") + half.reason)
     table.add_row("torch CPU capability", torch.backends.cpu.get_cpu_capability())
     table.add_row("torch intra-op threads", str(torch.get_num_threads()))
     table.add_row("CUDA", torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none")
     _noise_stream_rows(table)
+    _diffusers_rows(table)
     _vllm_omni_rows(table)
     return table
+
+
+def _diffusers_rows(table: Table) -> None:
+    """The diffusers integration: which classes, schedulers, windows and modular plans are used
+    here, and for each one that runs plain the changed function (source digests)."""
+    from prenoise.integrations.diffusers.status import diffusers_status
+
+    for name, value in diffusers_status().rows():
+        table.add_row(name, escape(value))
 
 
 def _noise_stream_rows(table: Table) -> None:

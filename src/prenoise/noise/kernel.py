@@ -56,6 +56,7 @@ from prenoise.guards.env import env_choice
 __all__ = [
     "BACKEND_CHOICES",
     "ENV_VAR",
+    "TESTED_TORCH_RELEASES",
     "BackendStatus",
     "HalfRuleStatus",
     "backend_status",
@@ -69,6 +70,9 @@ __all__ = [
 ]
 
 ENV_VAR = "PRENOISE_NOISE_BACKEND"
+#: The torch releases `make test` runs on (the first is pyproject's floor); any other release is
+#: self-checked per process (:func:`backend_status`, :func:`half_rule_status`, stream goldens).
+TESTED_TORCH_RELEASES = ("2.13.0", "2.14.1")
 #: ``PRENOISE_HUGE_PAGES=0`` turns the 2 MiB-page advice of :func:`empty` off (read per call).
 HUGE_PAGES_ENV_VAR = "PRENOISE_HUGE_PAGES"
 #: Draws of at least this many elements use ``min(2, cpu_count)`` threads by default.

@@ -72,6 +72,19 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_recipes(args: argparse.Namespace) -> int:
+    from prenoise.ref2va.catalog import describe, shipped
+
+    table = Table(title="recipes shipped with prenoise: --recipe NAME")
+    for column in ("name", "what it is"):
+        table.add_column(column, no_wrap=column == "name")
+    for name, path in shipped().items():
+        table.add_row(name, describe(path))
+    console.print(table)
+    console.print(f"files: {next(iter(shipped().values())).parent}", soft_wrap=True)
+    return 0
+
+
 def _cmd_stream_digest(args: argparse.Namespace) -> int:
     from prenoise.noise.streams import stream_digest
 
@@ -409,6 +422,7 @@ def _command(name: str) -> Callable[[argparse.Namespace], int]:
         "verify": _cmd_verify,
         "bench": _cmd_bench,
         "doctor": _cmd_doctor,
+        "recipes": _cmd_recipes,
         "stream-digest": _cmd_stream_digest,
         "serve": _cmd_serve,
         "compare": _cmd_compare,

@@ -78,6 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds the stand-in encoder holds the request thread (0..60; default 0.6)",
     )
 
+    from prenoise.ref2va.catalog import resolve_recipe
     from prenoise.ref2va.cli_options import add_request_arguments
     from prenoise.ref2va.limits import add_limit_arguments
 
@@ -130,6 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     add_command("doctor", "which noise backend is active, and why")
+    add_command("recipes", "the recipes shipped with prenoise (use one as --recipe NAME)")
 
     digest = add_command(
         "stream-digest",
@@ -152,7 +154,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     serve = add_command("serve", "HTTP service: queue Ref2VA requests on one model")
-    serve.add_argument("--recipe", required=True, type=Path, help="models + request defaults")
+    serve.add_argument(
+        "--recipe",
+        required=True,
+        type=resolve_recipe,
+        help="models + request defaults: a file or a shipped recipe's name",
+    )
     serve.add_argument(
         "--host", default="127.0.0.1", help="bind address (default: 127.0.0.1, loopback only)"
     )

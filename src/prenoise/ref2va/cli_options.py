@@ -12,6 +12,7 @@ from prenoise.guards.usage import (
     check_outputs_are_not_inputs,
     missing_directory,
 )
+from prenoise.ref2va.catalog import resolve_recipe
 from prenoise.ref2va.config import Recipe, load_recipe, recipe_from_dict
 from prenoise.ref2va.limits import add_limit_arguments, limit_overrides
 
@@ -44,7 +45,12 @@ def reference_kind(path: Path) -> str:
 
 def add_request_arguments(parser: argparse.ArgumentParser) -> None:
     """`--recipe` plus the per-request overrides."""
-    parser.add_argument("--recipe", required=True, type=Path, help="YAML recipe")
+    parser.add_argument(
+        "--recipe",
+        required=True,
+        type=resolve_recipe,
+        help="YAML recipe: a file, or a shipped recipe's name (prenoise recipes lists them)",
+    )
     parser.add_argument("--prompt", help="the text prompt (default: the recipe's prompt)")
     parser.add_argument(
         "--reference",

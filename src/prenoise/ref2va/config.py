@@ -21,7 +21,7 @@ from prenoise.guards.documents import DocumentError, load_yaml
 from prenoise.guards.path_checks import check_path
 from prenoise.guards.seeds import check_seed_range
 from prenoise.noise.streams import NoiseStreamError, stream_status
-from prenoise.ref2va import geometry
+from prenoise.ref2va import catalog, geometry
 from prenoise.ref2va.audio_vae import AudioVAEConfig
 from prenoise.ref2va.limits import Limits
 from prenoise.ref2va.text_encoder import TextEncoderConfig
@@ -315,6 +315,12 @@ def load_recipe(path: str | os.PathLike[str], **overrides: Any) -> Recipe:
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
+    except FileNotFoundError as exc:
+        names = ", ".join(catalog.shipped())
+        raise RecipeError(
+            f"{p}: cannot read recipe ({exc.strerror}); the shipped recipes are {names} "
+            "(prenoise recipes lists them)"
+        ) from None
     except OSError as exc:
         raise RecipeError(f"{p}: cannot read recipe ({exc.strerror or exc})") from None
     except UnicodeDecodeError as exc:

@@ -150,6 +150,7 @@ def test_a_class_plain_for_other_changed_code_still_draws_it_in_the_stream(
     changed[key] = {"0123456789ab": ("0.42.1",)}
     monkeypatch.setattr(digests, "_reviewed", changed)
     monkeypatch.setattr(digests, "_problems", {})
+    monkeypatch.setattr(digests, "_verdicts", {})
     output, report = overlapped_call_with_report(pipe, generator=og[0], **kwargs)
     assert not report.overlapped and "LTXImageToVideoPipeline.prepare_latents" in str(report.reason)
     assert report.raw_in_stream == 1

@@ -28,6 +28,7 @@ def fresh_digests(monkeypatch: pytest.MonkeyPatch) -> Any:
     monkeypatch.setattr(digests, "_reviewed", {k: dict(v) for k, v in digests._reviewed.items()})
     monkeypatch.setattr(digests, "_explicit", dict(digests._explicit))
     monkeypatch.setattr(digests, "_problems", {})
+    monkeypatch.setattr(digests, "_verdicts", {})
     return digests
 
 

@@ -715,6 +715,7 @@ def fresh_digests(monkeypatch: pytest.MonkeyPatch) -> Any:
     monkeypatch.setattr(digests, "_reviewed", {k: dict(v) for k, v in digests._reviewed.items()})
     monkeypatch.setattr(digests, "_explicit", dict(digests._explicit))
     monkeypatch.setattr(digests, "_problems", {})
+    monkeypatch.setattr(digests, "_verdicts", {})
     return digests
 
 
@@ -767,7 +768,7 @@ def test_a_changed_scheduler_step_draws_per_step_noise_plainly(
     assert step_noise.draws_in_this_call(pipe, scheduler, None)
     key = "diffusers.schedulers.scheduling_dpm_cogvideox:CogVideoXDPMScheduler.step"
     fresh_digests._reviewed[key] = {"0123456789ab": ("0.42.1",)}
-    fresh_digests._problems.clear()  # the verdicts are cached per process
+    fresh_digests._forget_verdicts()  # the verdicts are cached per process
     with caplog.at_level(logging.INFO, logger=LOGGER):
         assert step_noise.expected_step_draws(scheduler) is None
         assert not step_noise.draws_in_this_call(pipe, scheduler, None)
@@ -789,7 +790,7 @@ def test_a_changed_raw_draw_window_refuses_the_stream_call(fresh_digests: Any) -
     assert call_window(LTXImageToVideoPipeline, pipe, "native") is None
     key = f"{LTXImageToVideoPipeline.__module__}:LTXImageToVideoPipeline._denormalize_latents"
     fresh_digests._reviewed[key] = {"0123456789ab": ("0.42.1",)}
-    fresh_digests._problems.clear()  # the verdicts are cached per process
+    fresh_digests._forget_verdicts()  # the verdicts are cached per process
     with pytest.raises(noise_streams.NoiseStreamError) as refused:
         call_window(LTXImageToVideoPipeline, pipe, "x86")
     assert str(refused.value).startswith(
@@ -810,7 +811,7 @@ def test_a_modular_plan_is_gated_by_its_reviewed_code(fresh_digests: Any) -> Non
     assert plan is not None and reason is None and key is None
     changed = "diffusers.modular_pipelines.minimax_h3.encoders:encode_vae_condition"
     fresh_digests._reviewed[changed] = {"0123456789ab": ("0.42.1",)}
-    fresh_digests._problems.clear()  # the verdicts are cached per process
+    fresh_digests._forget_verdicts()  # the verdicts are cached per process
     plan, reason, key = modular_call._unplannable(MiniMaxH3ModularPipeline)
     assert plan is None and key == "changed-code"
     assert reason.startswith(

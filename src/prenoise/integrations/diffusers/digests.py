@@ -33,7 +33,7 @@ import importlib
 import sys
 import threading
 import tokenize
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from prenoise.integrations.diffusers.reviewed import COMMON, RELEASES, REVIEWED, SHARED
@@ -72,6 +72,7 @@ _parse_lock = threading.Lock()  # parsing and stripping the cached trees
 _trees: dict[str, ast.Module] = {}
 _digests: dict[str, str] = {}
 _problems: dict[tuple[str, ...], str | None] = {}
+_verdicts: dict[tuple[str, str], str | None] = {}  # (kind, class path) -> verdict, once per class
 
 
 class CodeUnavailable(LookupError):
@@ -84,6 +85,14 @@ def _reset() -> None:
         _trees.clear()
         _digests.clear()
         _problems.clear()
+        _verdicts.clear()
+
+
+def _forget_verdicts() -> None:
+    """Forget the verdicts, keep the digests (tests that change the reviewed tables)."""
+    with _lock:
+        _problems.clear()
+        _verdicts.clear()
 
 
 def _definition(tree: ast.Module, qualname: str) -> ast.FunctionDef | ast.ClassDef:
@@ -236,6 +245,7 @@ def register_reviewed_code(
         before = _explicit.get(class_path, COMMON)
         _explicit[class_path] = tuple(dict.fromkeys((*before, *reviewed)))
         _problems.clear()
+        _verdicts.clear()
 
 
 def _describe(key: str, problem: str) -> str:
@@ -282,13 +292,26 @@ def _path(cls: type) -> str:
 def class_code_problem(cls: type) -> str | None:
     """Why the plan of pipeline class `cls` may not be used on this diffusers (None: it may):
     a function it relies on (`relied_on`) is not the reviewed code."""
-    return _changed(code_problem(relied_on(_path(cls))))
+    return _once("class", _path(cls), relied_on)
+
+
+def _once(kind: str, path: str, keys_of: Callable[[str], tuple[str, ...]]) -> str | None:
+    """The verdict on the class at `path`, computed once per process (a cached dict lookup on
+    every later call)."""
+    try:
+        return _verdicts[(kind, path)]
+    except KeyError:
+        pass
+    verdict = _changed(code_problem(keys_of(path)))
+    with _lock:
+        _verdicts[(kind, path)] = verdict
+    return verdict
 
 
 def modular_code_problem(cls: type) -> str | None:
     """`class_code_problem` for a `ModularPipeline` class: the functions its modular plan relies
     on (`reviewed.MODULAR_REVIEWED`, or `register_reviewed_code`), keyed by the class."""
-    return _changed(code_problem(modular_relied_on(_path(cls))))
+    return _once("modular", _path(cls), modular_relied_on)
 
 
 def modular_relied_on(class_path: str) -> tuple[str, ...]:

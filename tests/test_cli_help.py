@@ -136,17 +136,27 @@ def test_the_cli_memory_budget_uses_the_same_rule() -> None:
     assert args.memory_budget == 256 << 20
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the call site is integrations/diffusers/enabling.py (another engineer's files): "
-    "LookaheadLimits(bytes=byte_count(bytes_ahead, 'bytes_ahead')) fixes it",
-)
 def test_enable_takes_a_size_text_as_docs_diffusers_md_writes_it() -> None:
     pytest.importorskip("diffusers")
-    from prenoise.integrations.diffusers.step_noise import LookaheadLimits
+    from diffusers import DiffusionPipeline
 
-    # enable() builds exactly this from its arguments before it touches the pipeline
-    assert LookaheadLimits(steps=4, bytes="256MiB").bytes == 256 << 20  # type: ignore[arg-type]
+    from prenoise.integrations.diffusers import disable, enable
+    from prenoise.integrations.diffusers.step_noise import lookahead_limits_of
+
+    class Pipe(DiffusionPipeline):
+        pass
+
+    pipe = Pipe()
+    pipe.register_to_config()  # a pipeline's config, as from_pretrained leaves it
+    try:
+        enable(pipe, bytes_ahead="256MiB", steps_ahead=2)
+        assert lookahead_limits_of(pipe).bytes == 256 << 20
+        enable(pipe, bytes_ahead="1KiB")
+        assert lookahead_limits_of(pipe).bytes == 1024
+        with pytest.raises(ValueError, match="bytes_ahead must be a byte count"):
+            enable(pipe, bytes_ahead="lots")
+    finally:
+        disable(pipe)
 
 
 # -- stream-digest --dtype float16, as docs/streams.md covers it --------------------------------

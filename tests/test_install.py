@@ -120,7 +120,8 @@ def test_the_diffusers_extra_alone(tmp_path: Path) -> None:
     assert results["enable"] == [
         "TypeError",
         "enable() takes a diffusers pipeline instance (a diffusers.DiffusionPipeline, e.g. "
-        "WanPipeline.from_pretrained(...)), got a builtins.object",
+        "WanPipeline.from_pretrained(...), or a diffusers ModularPipeline, e.g. "
+        "MiniMaxH3Blocks().init_pipeline(...)), got a builtins.object",
     ]
 
 

@@ -17,6 +17,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from prenoise.guards.sizes import byte_count
 from prenoise.integrations.diffusers.pipeline_class import (
     ORIGINAL_CLASS_ATTR,
     check_pipeline,
@@ -85,7 +86,7 @@ def enable(
     stream: str = "native",
     *,
     steps_ahead: int = 4,
-    bytes_ahead: int = 256 << 20,
+    bytes_ahead: int | str = 256 << 20,
 ) -> Any:
     """Make plain `pipe(...)` calls of this instance run as `overlapped_call(pipe, ...)`.
 
@@ -101,7 +102,8 @@ def enable(
     `steps_ahead` / `bytes_ahead` bound the per-step sampler noise drawn ahead of a stochastic
     scheduler's steps (`step_noise.py`): at most that many draws and bytes wait unserved;
     `steps_ahead=0` draws them in the loop as the plain call does. The values are the plain
-    call's either way. `ValueError` for a negative limit.
+    call's either way. `bytes_ahead` takes a count or a size text ("256MiB", "1GB");
+    `ValueError` for a negative limit or an unreadable size.
 
     Whether the class's plan may be used here is decided now, once per class, from the source
     digests of the diffusers code it relies on (`digests.py`), whatever `diffusers.__version__`
@@ -119,7 +121,7 @@ def enable(
     from prenoise.integrations.diffusers.streams import STREAM_ATTR
     from prenoise.noise import streams as noise_streams
 
-    limits = LookaheadLimits(steps=steps_ahead, bytes=bytes_ahead)
+    limits = LookaheadLimits(steps=steps_ahead, bytes=byte_count(bytes_ahead, "bytes_ahead"))
     noise_streams.check_stream_name(stream)
     if stream == noise_streams.NATIVE:
         if STREAM_ATTR in vars(pipe):

@@ -58,14 +58,7 @@ from prenoise.integrations.diffusers.step_noise import STEP_DRAWS
 REPO = Path(__file__).resolve().parents[2]
 ALL = ("0.40.0", "0.41.0", "0.42.0", "0.42.1")
 H3_CLASS = "diffusers.modular_pipelines.minimax_h3.modular_pipeline.MiniMaxH3ModularPipeline"
-MODULAR_PENDING = {  # modular plans whose relied-on code is not recorded yet (a known gap)
-    "WanModularPipeline",
-    "WanImage2VideoModularPipeline",
-    "Wan22ModularPipeline",
-    "Wan22Image2VideoModularPipeline",
-    "LTX2ModularPipeline",
-    "HunyuanVideo15ModularPipeline",
-}
+MODULAR_PENDING: set[str] = set()  # modular plans whose relied-on code is not recorded
 
 
 def _all_reviewed() -> dict[str, dict[str, tuple[str, ...]]]:

@@ -8,7 +8,8 @@
   content type → 415; a body that stalls for `body_idle_timeout_s` → 408; the queue or the
   upload space full (`admission`) → 429 with `Retry-After` and `limit`, `retry_after_s` in the
   body. Content types match case-insensitively.
-- `GET /v1/videos/{id}`: `Job.view()` (state, progress `i/N`, timings, error).
+- `GET /v1/videos/{id}`: `Job.view()` (state, progress: `i/N` steps while denoising, else the
+  stage, timings, error).
 - `GET /v1/videos/{id}/content?output=k`: the finished MP4 (409 while not done, 410 when the
   job was deleted or the file is no longer on disk; see `content` for racing a DELETE).
 - `DELETE /v1/videos/{id}`: queued → cancelled at once (200); running → stops at its next step

@@ -85,14 +85,24 @@ class Job:
         """Seconds since submission (perf_counter clock)."""
         return time.perf_counter() - self.submitted_s
 
+    def progress(self) -> str:
+        """Where the job is: "3/8" (denoising steps done / steps) while denoising, else the state,
+        with "output i/N" when the request makes several ("preparing output 2/3"; the `output`
+        field of the view says which output a denoising job is on)."""
+        outputs = self.recipe.outputs
+        if self.state is JobState.DENOISING:
+            return f"{self.step}/{self.recipe.steps}"
+        if self.state in (JobState.PREPARING, JobState.DECODING) and outputs > 1:
+            return f"{self.state.value} output {self.output_index + 1}/{outputs}"
+        return self.state.value
+
     def view(self) -> dict[str, Any]:
         """The JSON view `GET /v1/videos/{id}` returns."""
         total = self.recipe.steps
-        progress = f"{self.step}/{total}" if self.state is JobState.DENOISING else None
         return {
             "id": self.id,
             "state": self.state.value,
-            "progress": progress,
+            "progress": self.progress(),
             "step": self.step,
             "steps": total,
             "output": self.output_index,

@@ -431,3 +431,42 @@ def test_the_worker_draws_per_step_noise_at_the_lowest_priority(
     assert seen.pop("0:noise") == before
     assert seen and set(seen.values()) == {max(step_noise.WORKER_NICE, before)}, seen
     assert report.step_served == len(seen) == 2 * 3 - 2
+
+
+@pytest.mark.parametrize(
+    ("shape", "dtype", "left"),
+    [
+        ((0, 4), torch.float32, "a zero-element per-step draw [0, 4]: nothing to prepare"),
+        (
+            (2, 3),
+            torch.complex64,
+            "a per-step draw the look-ahead cannot prepare: draw 'step_noise': dtype "
+            "torch.complex64 is not a floating dtype",
+        ),
+    ],
+)
+def test_a_first_step_draw_the_lookahead_cannot_prepare_is_plain(
+    shape: tuple[int, ...], dtype: torch.dtype, left: str
+) -> None:
+    """A zero-element or complex first per-step draw ends the look-ahead (it raised
+    ZeroDivisionError / ValueError into the pipeline); the draws are the plain ones."""
+    from diffusers import DDPMScheduler
+    from diffusers.utils.torch_utils import randn_tensor
+
+    from prenoise.integrations.diffusers.step_noise import LookaheadLimits, StepLookahead
+    from prenoise.preparation.executor import PreparationExecutor
+
+    scheduler = DDPMScheduler()
+    scheduler.set_timesteps(4)
+    g, ref = torch.Generator().manual_seed(5), torch.Generator().manual_seed(5)
+    with PreparationExecutor(name="step-test") as executor:
+        lookahead = StepLookahead(executor, scheduler, "native", LookaheadLimits())
+        kwargs = {"generator": g, "dtype": dtype}
+        for _ in range(3):
+            out = lookahead.serve(randn_tensor, (shape,), kwargs, shape, (g,), None, dtype, None)
+            expected = randn_tensor(shape, generator=ref, dtype=dtype)
+            real = torch.view_as_real if dtype.is_complex else (lambda t: t)
+            assert torch.equal(real(out), real(expected))
+        lookahead.finish()
+    assert lookahead.left == left and lookahead.served == 0
+    assert torch.equal(g.get_state(), ref.get_state())

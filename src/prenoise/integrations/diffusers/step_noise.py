@@ -397,9 +397,17 @@ class StepLookahead:
                 "sequence (STEP_DRAWS)"
             )
             return
+        try:  # anything the look-ahead cannot draw ends it: the loop draws plainly
+            draw = Draw("step_noise", shape, dtype, half_rule=HalfDrawRule.NATIVE)
+        except (ValueError, TypeError) as error:
+            self._end_locked(f"a per-step draw the look-ahead cannot prepare: {error}")
+            return
+        if draw.buffer_nbytes == 0:
+            self._end_locked(f"a zero-element per-step draw {list(shape)}: nothing to prepare")
+            return
         self._key = (shape, dtype, id(generator))
         self._generator = generator
-        self._draw = Draw("step_noise", shape, dtype, half_rule=HalfDrawRule.NATIVE)
+        self._draw = draw
         self._chain = generator.get_state()
         self._to_submit = expected - 1  # the first was just drawn
         if self._to_submit <= 0:

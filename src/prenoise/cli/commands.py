@@ -24,6 +24,7 @@ from prenoise.cli.args import (
 )
 from prenoise.cli.parser import DEBUG_ENV_VAR, build_parser
 from prenoise.cli.progress import CommandProgress
+from prenoise.guards.atomic import OutputWriteError, write_atomic
 from prenoise.ref2va.cli_options import check_request_outputs, generate_out_path
 
 if TYPE_CHECKING:
@@ -107,8 +108,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     a = load_saved(args.a, args.memory_budget)
     report = compare(a, load_saved(args.b, args.memory_budget))
     if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(report.to_json(indent=2))
+        write_atomic(args.json, report.to_json(indent=2), what="--json")
         _print_created([missing])
     console.print(report.summary())
     return 0 if report.equal else 1
@@ -139,6 +139,7 @@ def _user_errors() -> tuple[type[Exception], ...]:
         BudgetExceededError,
         NoiseStreamError,
         MissingExtraError,
+        OutputWriteError,
     )
 
 
@@ -266,8 +267,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         )
         console.print(_timing_table(recipe.name, timing, noise))
     if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(report, indent=2))
+        write_atomic(args.json, json.dumps(report, indent=2), what="--json")
     style = "green" if result.equal else "red"
     console.print(f"[{style}]{result.summary()}[/]")
     if args.json:
@@ -348,16 +348,15 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     _print_attribution(summary["attribution"])
     console.print(f"threads: {summary['threads']}; machine: {summary['machine']}", soft_wrap=True)
     if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(summary, indent=2))
+        write_atomic(args.json, json.dumps(summary, indent=2), what="--json")
         console.print(f"wrote {args.json}")
     if args.trace_dir:
         from prenoise.observe.timeline_plot import plot_timelines
 
         trace_dir = Path(args.trace_dir)
-        trace_dir.mkdir(parents=True, exist_ok=True)
         for arm, trace in result.chrome_traces().items():
-            (trace_dir / f"{recipe.name}-{arm}.trace.json").write_text(json.dumps(trace))
+            trace_file = trace_dir / f"{recipe.name}-{arm}.trace.json"
+            write_atomic(trace_file, json.dumps(trace), what="--trace-dir")
         pair = result.median_pair
         png = plot_timelines(
             result.pair_spans(pair),

@@ -22,6 +22,7 @@ from prenoise.distributed.runner import DistributedRef2VA
 from prenoise.distributed.shm import sweep_stale_segments
 from prenoise.distributed.status import DistributedPreparationError
 from prenoise.distributed.verification import verify_distributed
+from prenoise.guards.atomic import write_atomic
 from prenoise.ref2va.cli_options import check_request_outputs, recipe_from_args
 from prenoise.ref2va.config import ParallelConfig, Recipe, RecipeError
 from prenoise.ref2va.models import Ref2VAModels
@@ -103,8 +104,7 @@ def _verify(
     result = verify_distributed(runner, request)
     if ctx.rank == 0:
         if args.json:
-            Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-            Path(args.json).write_text(json.dumps(result.to_json(), indent=2))
+            write_atomic(args.json, json.dumps(result.to_json(), indent=2), what="--json")
         style = "green" if result.equal else "red"
         console.print(f"[{style}]{result.summary()}[/]", soft_wrap=True)
     return 0 if result.equal else 1
@@ -126,7 +126,6 @@ def _bench(
             table.add_row(key.replace("_bytes", "_MiB"), *cells)
         console.print(table)
         if args.json:
-            Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-            Path(args.json).write_text(json.dumps(summary, indent=2))
+            write_atomic(args.json, json.dumps(summary, indent=2), what="--json")
             console.print(f"wrote {args.json}")
     return 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from prenoise.guards.atomic import write_atomic
 from prenoise.observe.tracing import Category, Span
 
 __all__ = ["CAPTION", "CATEGORY_COLORS", "plot_timelines"]
@@ -98,7 +99,8 @@ def plot_timelines(
     if caption_lines:
         fig.text(0.01, 0.01, "\n".join(caption_lines), ha="left", va="bottom", fontsize=8)
     fig.tight_layout(rect=(0, bottom + 0.01, 1, 0.93))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    try:
+        write_atomic(path, lambda tmp: fig.savefig(tmp, dpi=110, format="png"))
+    finally:
+        plt.close(fig)
     return path

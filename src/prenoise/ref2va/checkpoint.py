@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from prenoise.guards.atomic import atomic_output, write_atomic
 from prenoise.guards.documents import DocumentError, load_json
 
 CONFIG_FILE = "config.json"
@@ -75,9 +76,10 @@ def save_checkpoint(
     for name, module in modules.items():
         unique, _ = _unique_state(module)
         tensors = {k: v.detach().to("cpu").contiguous() for k, v in unique.items()}
-        save_file(tensors, str(out / f"{name}.safetensors"), metadata={"component": name})
+        with atomic_output(out / f"{name}.safetensors") as tmp:
+            save_file(tensors, str(tmp), metadata={"component": name})
     meta = {"format": FORMAT, "version": VERSION, "components": sorted(modules), "model": config}
-    (out / CONFIG_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    write_atomic(out / CONFIG_FILE, json.dumps(meta, indent=2, sort_keys=True) + "\n")
     return out
 
 

@@ -1,4 +1,4 @@
-"""Writing media with PyAV: MP4 (H.264 + AAC, renamed into place only when whole), PNG, WAV."""
+"""Writing media with PyAV: MP4 (H.264 + AAC), PNG, WAV, each renamed into place only when whole."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import av
 import numpy as np
 import torch
 
+from prenoise.guards.atomic import atomic_output, write_atomic
 from prenoise.ref2va import geometry
 from prenoise.ref2va.media.caps import MediaError
 
@@ -83,17 +84,13 @@ def write_mp4(
 ) -> Path:
     """Write uint8 frame chunks ``[n, H, W, 3]`` (H.264) and stereo audio ``[2, n]`` (AAC).
 
-    The file is written under a temporary name in the same directory and renamed on success;
-    on any error the temporary file is removed and no partial output is left.
+    The file is written under a temporary name in the same directory, synced and renamed on
+    success (`prenoise.guards.atomic`); on any error the temporary file is removed and no partial
+    output is left (a full disk: `OutputWriteError`, one line).
     """
     out = Path(path)
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.partial.mp4")
-    try:
+    with atomic_output(out, make_parents=False) as tmp:
         _write_mp4(tmp, iter(frames), audio, fps, sample_rate, crf, preset)
-        os.replace(tmp, out)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
     return out
 
 
@@ -159,9 +156,7 @@ def write_image(path: str | os.PathLike[str], image: torch.Tensor) -> Path:
     codec.width, codec.height, codec.pix_fmt = arr.shape[1], arr.shape[0], "rgb24"
     packets = codec.encode(av.VideoFrame.from_ndarray(arr, format="rgb24"))
     packets += codec.encode(None)
-    out = Path(path)
-    out.write_bytes(b"".join(bytes(p) for p in packets))
-    return out
+    return write_atomic(path, b"".join(bytes(p) for p in packets))
 
 
 def write_wav(path: str | os.PathLike[str], audio: torch.Tensor, sample_rate: int) -> Path:
@@ -171,7 +166,7 @@ def write_wav(path: str | os.PathLike[str], audio: torch.Tensor, sample_rate: in
     wav = wav.expand(2, -1) if wav.shape[0] == 1 else wav
     pcm = (wav.clamp(-1.0, 1.0) * 32767.0).round().to(torch.int16).T.contiguous().numpy()
     out = Path(path)
-    with av.open(str(out), "w", format="wav") as container:
+    with atomic_output(out) as tmp, av.open(str(tmp), "w", format="wav") as container:
         stream: Any = container.add_stream("pcm_s16le", rate=sample_rate, layout="stereo")
         frame = av.AudioFrame.from_ndarray(pcm.reshape(1, -1), format="s16", layout="stereo")
         frame.sample_rate = sample_rate

@@ -535,11 +535,6 @@ def test_sparsectrl_worker_leaves_the_global_rng_alone(
     assert report.overlapped and report.served == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="PRENOISE_DEBUG_RNG=1 checks the global RNG around the whole pipeline call, so the "
-    "pipeline's own global draw (prepare_image's posterior sample) is reported as prenoise's",
-)
 def test_sparsectrl_simplified_passes_the_debug_rng_check(
     simplified: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -549,3 +544,33 @@ def test_sparsectrl_simplified_passes_the_debug_rng_check(
             simplified, generator=generators([59])[0], **call_kwargs(SPARSE)
         )
     assert report.overlapped
+
+
+def test_debug_rng_catches_a_prepared_draw_that_draws_the_global_rng(
+    tiny: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The probe covers prenoise's draws: one that also draws the global RNG is reported (as
+    GlobalRNGChangedError, before the call starts), whatever the pipeline itself does."""
+    from prenoise.integrations.diffusers import rng_probe
+    from prenoise.verify.rng_guard import GlobalRNGChangedError
+
+    real = rng_probe.run_draw
+
+    def leaky(*args: Any, **kwargs: Any) -> Any:
+        torch.rand(1)  # the global RNG
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(rng_probe, "run_draw", leaky)
+    monkeypatch.setenv("PRENOISE_DEBUG_RNG", "1")
+    with (
+        torch.random.fork_rng(devices=[]),
+        pytest.raises(GlobalRNGChangedError, match="prenoise's prepared draw noise"),
+    ):
+        overlapped_call_with_report(
+            tiny(SPARSE), generator=generators([60])[0], **call_kwargs(SPARSE)
+        )
+    monkeypatch.setenv("PRENOISE_DEBUG_RNG", "0")
+    _, report = overlapped_call_with_report(
+        tiny(SPARSE), generator=generators([60])[0], **call_kwargs(SPARSE)
+    )
+    assert report.overlapped  # without the debug flag, no probe

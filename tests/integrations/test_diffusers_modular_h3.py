@@ -496,3 +496,31 @@ def test_concurrent_calls_keep_their_own_draws(pipe: Any) -> None:
         assert report.served == 4, report
     assert not hook.is_installed() and not patched_modules()
     disable(other)
+
+
+def test_debug_rng_checks_prenoise_draws_not_the_pipelines(
+    pipe: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PRENOISE_DEBUG_RNG=1: a block's own global-RNG draw is the pipeline's business (the call
+    runs overlapped, plain-equal); a prepared draw that drew the global RNG would raise."""
+    from diffusers.modular_pipelines.minimax_h3 import encoders
+
+    from prenoise.integrations.diffusers import rng_probe
+    from prenoise.verify.rng_guard import GlobalRNGChangedError
+
+    original = encoders.MiniMaxH3Ref2VAReferenceEncoderStep.__call__
+
+    def global_draw(self: Any, components: Any, state: Any) -> Any:
+        torch.rand(2)  # the pipeline's own use of the global RNG
+        return original(self, components, state)
+
+    monkeypatch.setattr(encoders.MiniMaxH3Ref2VAReferenceEncoderStep, "__call__", global_draw)
+    monkeypatch.setenv("PRENOISE_DEBUG_RNG", "1")
+    plain, out, report = both_arms(pipe, lambda: tiny.call_kwargs("ref2va", seed=12))
+    assert_states_equal(plain, out)
+    assert report.served == 3
+
+    real = rng_probe.run_draw
+    monkeypatch.setattr(rng_probe, "run_draw", lambda *a, **k: (torch.rand(1), real(*a, **k))[1])
+    with pytest.raises(GlobalRNGChangedError, match=r"prepared draw condition\.0"):
+        pipe(**tiny.call_kwargs("ref2va", seed=12))

@@ -46,6 +46,7 @@ from prenoise.integrations.diffusers.report import (
     say_active_once,
     warn_left_plan_once,
 )
+from prenoise.integrations.diffusers.rng_probe import probe_global_rng
 from prenoise.integrations.diffusers.step_noise import (
     StepLookahead,
     draws_in_this_call,
@@ -179,7 +180,8 @@ def overlapped_call_with_report(pipe: Any, *args: Any, **kwargs: Any) -> tuple[A
         )
     say_active_once(name, planned)
     limits = lookahead_limits_of(pipe)
-    with PreparationExecutor(name="prenoise-diffusers") as executor:
+    probe_global_rng(planned, stream)  # PRENOISE_DEBUG_RNG=1: prenoise's draws, not the call's
+    with PreparationExecutor(name="prenoise-diffusers", check_global_rng=False) as executor:
         queue.start(executor)
         scheduler = getattr(pipe, "scheduler", None)
         if limits.steps > 0 and scheduler is not None:

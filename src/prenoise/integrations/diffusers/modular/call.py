@@ -43,6 +43,7 @@ from prenoise.integrations.diffusers.report import (
     say_active_once,
     warn_left_plan_once,
 )
+from prenoise.integrations.diffusers.rng_probe import probe_global_rng
 from prenoise.integrations.diffusers.streams import (
     noise_stream_of,
     plain_in_stream,
@@ -95,6 +96,7 @@ class _Watcher:
             if not planned:
                 raise Unpredictable("nothing to prepare", "empty-plan")
             _check_draw_modules(planned)
+            probe_global_rng(planned, self.queue.noise_stream)
             try:
                 self.queue.submit(planned)
             except ValueError as error:
@@ -158,7 +160,9 @@ def overlapped_modular_call_with_report(
         call = plain if fallback is None else partial(plain_in_stream, plain, stream)
         output = call(pipe, *args, **kwargs)
         return output, CallReport(name, False, reason, stream=stream, setup_s=setup_s)
-    with PreparationExecutor(name="prenoise-diffusers") as executor:
+    # PRENOISE_DEBUG_RNG=1 probes prenoise's own draws when they are planned (rng_probe.py): the
+    # executor's check around the whole call would count the pipeline's own global draws
+    with PreparationExecutor(name="prenoise-diffusers", check_global_rng=False) as executor:
         queue = CloneReplayQueue(executor, stream, fallback)
         watcher = _Watcher(pipe, plan, queue)
         with replay_context(queue), block_watch(watcher):

@@ -88,6 +88,11 @@ class CloneReplayQueue:
 
     # -- planning (request thread) ------------------------------------------------------------
     @property
+    def noise_stream(self) -> str:
+        """The stream the prepared draws are made in."""
+        return self._noise_stream
+
+    @property
     def planned(self) -> tuple[PlannedDraw, ...]:
         return tuple(e.planned for e in self._entries)
 

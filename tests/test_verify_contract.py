@@ -12,7 +12,6 @@ import re
 import socket
 import struct
 import zipfile
-from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -94,27 +93,6 @@ Pair = collections.namedtuple("Pair", "left right")
 class LongRepr:
     def __repr__(self) -> str:
         return "k" * 400
-
-
-class Loop(Mapping[str, Any]):
-    """A mapping that contains itself; it refuses to be walked more than 50 times."""
-
-    def __init__(self) -> None:
-        self.walks = 0
-
-    def __getitem__(self, key: str) -> Any:
-        if key != "self":
-            raise KeyError(key)
-        return self
-
-    def __iter__(self) -> Iterator[str]:
-        self.walks += 1
-        if self.walks > 50:
-            raise AssertionError("the walk went round the cycle")
-        yield "self"
-
-    def __len__(self) -> int:
-        return 1
 
 
 # -- reports: exact dicts, JSON and summaries ---------------------------------------------------
@@ -496,8 +474,11 @@ def test_a_cycle_on_one_side_only_ends_where_the_other_side_does() -> None:
 
 
 def test_cycles_are_refused_with_their_label() -> None:
+    a: dict[str, Any] = {}
+    b: dict[str, Any] = {}
+    a["self"], b["self"] = a, b  # each contains itself
     with _raises("self: reference cycle (a container contains itself)") as info:
-        compare(Loop(), Loop())
+        compare(a, b)
     assert info.value.path == "self"
 
 

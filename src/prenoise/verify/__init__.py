@@ -1,7 +1,14 @@
 """Bitwise verification of nested structures (the overlapped path vs the serial one).
 
-`compare(a, b)` walks mappings, dataclasses, lists/tuples, tensors and plain values and reports,
+`compare(a, b)` walks dicts, dataclasses, lists/tuples, tensors and plain values and reports,
 per field path, whether the two sides are identical. What is compared, exactly:
+
+- **Containers** (`prenoise.verify.containers`): `dict` and its subclasses (OrderedDict,
+  defaultdict, a `state_dict()`), `list`, `tuple` and their subclasses, dataclass instances:
+  their items or fields and every other piece of their state (instance attributes and slots,
+  labelled `container@name`: a state_dict's `_metadata`, attributes set in `__post_init__`; a
+  defaultdict's factory; an OrderedDict's key order, which a plain dict's equality ignores). A
+  `Mapping` that is not a dict is refused, as are containers nested deeper than 10,000 levels.
 
 - **Tensors**: exact type, shape, dtype, device, layout, strides, storage offset,
   requires_grad, the stored bits of each layout (`prenoise.verify.tensors`: strided values;
@@ -22,8 +29,9 @@ per field path, whether the two sides are identical. What is compared, exactly:
 A verifier must never say "equal" for different inputs, so it refuses what it cannot compare
 faithfully with :class:`UncomparableError` instead of guessing: values of other types (numpy
 arrays, sets, arbitrary objects whose `==` proves nothing), reference cycles, and mapping keys
-that are neither plain values nor tuples of them. Mapping keys are matched by type and value
-(`1`, `1.0`, `True` and `"1"` are four different keys), and every field gets its own label.
+that are neither plain values nor tuples of them (nested at most 100 deep). Mapping keys are
+matched by type and value (`1`, `1.0`, `True` and `"1"` are four different keys), and every
+field gets its own label.
 """
 
 from __future__ import annotations
@@ -36,6 +44,15 @@ from typing import Any
 
 import torch
 
+from prenoise.verify.containers import (
+    MAX_DEPTH,
+    ByIdentity,
+    attributes,
+    check_container,
+    is_container,
+    items_of,
+    key_order_matters,
+)
 from prenoise.verify.files import _load_failure, declared_nbytes, load_saved, require_inputs_fit
 from prenoise.verify.leaves import (
     LEAF_BASES,
@@ -82,37 +99,47 @@ def _key_segment(key: Any) -> str:
 def _join(path: str, segment: str) -> str:
     if not path:
         return segment
-    return path + segment if segment.startswith("[") else f"{path}.{segment}"
+    return path + segment if segment[:1] in ("[", "@") else f"{path}.{segment}"
 
 
 def _children(x: Any, path: str) -> dict[Any, tuple[str, Any]] | None:
-    """`{identity: (label segment, value)}` of a container, or None for a non-container."""
-    if isinstance(x, Mapping):
-        out: dict[Any, tuple[str, Any]] = {}
+    """`{identity: (label segment, value)}` of a container (its items or fields, then its other
+    attributes: `prenoise.verify.containers`), or None for a non-container."""
+    if not is_container(x):
+        return None
+    label = path or "<root>"
+    out: dict[Any, tuple[str, Any]] = {}
+    known: frozenset[str] = frozenset()
+    if isinstance(x, dict):
         segments: set[str] = set()
-        for key, value in x.items():
-            ident = identity(key, path or "<root>")
+        for key, value in items_of(x):
+            ident = identity(key, label)
             segment = _key_segment(key)
             if ident in out or segment in segments:
-                raise UncomparableError(
-                    path or "<root>", f"two mapping keys cannot be told apart ({key!r})"
-                )
+                raise UncomparableError(label, f"two mapping keys cannot be told apart ({key!r})")
             out[ident] = (segment, value)
             segments.add(segment)
-        return out
-    if dataclasses.is_dataclass(x) and not isinstance(x, type):
-        return {f.name: (f.name, getattr(x, f.name)) for f in dataclasses.fields(x)}
-    if isinstance(x, list | tuple):
-        return {i: (str(i), v) for i, v in enumerate(x)}
-    return None
+    elif isinstance(x, list | tuple):
+        out = {i: (str(i), v) for i, v in items_of(x)}
+    else:  # a dataclass instance
+        names = [f.name for f in dataclasses.fields(x)]
+        out = {name: (name, getattr(x, name)) for name in names}
+        known = frozenset(names)
+    for name, value in attributes(x, label, known).items():
+        out[(_ATTRIBUTE, name)] = (f"@{name}", value)
+    return out
+
+
+_ATTRIBUTE = object()  # the identity of an attribute: (_ATTRIBUTE, name), never a key's
 
 
 def _check_supported(x: Any, path: str) -> None:
     # type(x), not isinstance: an object can claim any `__class__`, and an `==` that always says
     # True must not pass for an int.
-    if is_leaf(x) or issubclass(type(x), (torch.Tensor, Mapping, list, tuple)):
+    if is_leaf(x) or type(x) is ByIdentity or issubclass(type(x), torch.Tensor):
         return
-    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+    check_container(x, path)
+    if is_container(x):
         return
     if issubclass(type(x), LEAF_BASES):
         raise subclass_refusal(x, path)
@@ -121,6 +148,8 @@ def _check_supported(x: Any, path: str) -> None:
 
 
 def _describe(x: Any) -> str:
+    if type(x) is ByIdentity:
+        return repr(x)
     if isinstance(x, torch.Tensor):
         return f"tensor{list(x.shape)} {x.dtype}"
     if isinstance(x, Mapping | list | tuple):
@@ -147,9 +176,10 @@ _LEAVE = object()  # stack marker: the walk leaves a container pair
 
 
 def _walk(a: Any, b: Any) -> Iterator[FieldReport]:
-    """Depth-first, no recursion, cycle-checked. At each level, keys missing on one side are
-    reported first, then the shared keys' subtrees in key order (a's keys, then b's extra ones)."""
-    stack: list[tuple[Any, ...]] = [("", a, b)]
+    """Depth-first, no recursion, cycle-checked, at most `MAX_DEPTH` levels deep. At each level,
+    keys missing on one side are reported first (then an `OrderedDict`'s key order), then the
+    shared keys' subtrees in key order (a's keys, then b's extra ones)."""
+    stack: list[tuple[Any, ...]] = [("", a, b, 0)]
     active: set[tuple[int, int]] = set()  # (id(a), id(b)) of the containers being walked
     owners = StorageOwners.empty()
     while stack:
@@ -157,7 +187,7 @@ def _walk(a: Any, b: Any) -> Iterator[FieldReport]:
         if item[0] is _LEAVE:
             active.discard(item[1])
             continue
-        path, x, y = item
+        path, x, y, depth = item
         label = path or "<root>"
         _check_supported(x, label)
         _check_supported(y, label)
@@ -167,16 +197,19 @@ def _walk(a: Any, b: Any) -> Iterator[FieldReport]:
             if isinstance(grads, FieldReport):
                 yield grads
             elif grads is not None:
-                stack.append(grads)
+                stack.append((*grads, depth + 1))
             continue
         if type(x) is not type(y):
             yield FieldReport(label, False, ["type"], _describe(x), _describe(y))
             continue
         cx, cy = _children(x, path), _children(y, path)
         if cx is None or cy is None:
-            equal = leaf_equal(x, y)
+            equal = x.obj is y.obj if type(x) is ByIdentity else leaf_equal(x, y)
             yield FieldReport(label, equal, [] if equal else ["values"], _describe(x), _describe(y))
             continue
+        if depth >= MAX_DEPTH:
+            where = f"{label[:60]}…" if len(label) > 80 else label
+            raise UncomparableError(where, f"nested deeper than {MAX_DEPTH} containers")
         pair = (id(x), id(y))
         if pair in active:
             raise UncomparableError(label, "reference cycle (a container contains itself)")
@@ -193,8 +226,34 @@ def _walk(a: Any, b: Any) -> Iterator[FieldReport]:
                 child = _join(path, segment)
                 yield FieldReport(child, False, ["missing in a"], None, _describe(value))
             else:
-                todo.append((_join(path, cx[ident][0]), cx[ident][1], cy[ident][1]))
+                todo.append((_join(path, cx[ident][0]), cx[ident][1], cy[ident][1], depth + 1))
+        if key_order_matters(x):
+            order = _key_order_report(label, cx, cy)
+            if order is not None:
+                yield order
         stack.extend(reversed(todo))
+
+
+def _key_order_report(
+    label: str, cx: dict[Any, tuple[str, Any]], cy: dict[Any, tuple[str, Any]]
+) -> FieldReport | None:
+    """A difference "key order" when the keys both OrderedDicts hold come in another order."""
+    keys_a = [k for k in cx if k in cy and not _is_attribute(k)]
+    keys_b = [k for k in cy if k in cx and not _is_attribute(k)]
+    if keys_a == keys_b:
+        return None
+    first = next(i for i, (p, q) in enumerate(zip(keys_a, keys_b, strict=True)) if p != q)
+    return FieldReport(
+        label,
+        False,
+        ["key order"],
+        f"key {first}: {cx[keys_a[first]][0]}",
+        f"key {first}: {cy[keys_b[first]][0]}",
+    )
+
+
+def _is_attribute(ident: Any) -> bool:
+    return type(ident) is tuple and len(ident) == 2 and ident[0] is _ATTRIBUTE
 
 
 def compare(a: Any, b: Any) -> ComparisonReport:

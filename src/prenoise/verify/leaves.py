@@ -11,7 +11,15 @@ import torch
 
 from prenoise.verify.reports import UncomparableError
 
-__all__ = ["LEAF_BASES", "float_bits", "identity", "is_leaf", "leaf_equal", "type_name"]
+__all__ = [
+    "LEAF_BASES",
+    "MAX_KEY_DEPTH",
+    "float_bits",
+    "identity",
+    "is_leaf",
+    "leaf_equal",
+    "type_name",
+]
 
 # Exact types whose `==` is a faithful identity: int/str/bytes/None/bool by value, floats and
 # complex numbers on their IEEE-754 bits, torch's enumerations by value. Paths compare on their
@@ -77,10 +85,18 @@ def _canonical(x: Any) -> Any:
     return x
 
 
-def identity(x: Any, path: str) -> Any:
+MAX_KEY_DEPTH = 100
+"""Mapping keys (tuples of tuples) nested deeper than this are refused, not recursed into."""
+
+
+def identity(x: Any, path: str, depth: int = 0) -> Any:
     """A hashable value equal for two keys exactly when they are the same type and value."""
     if type(x) is tuple:
-        return (tuple, tuple(identity(v, path) for v in x))
+        if depth >= MAX_KEY_DEPTH:
+            raise UncomparableError(
+                path, f"a mapping key nested deeper than {MAX_KEY_DEPTH} tuples"
+            )
+        return (tuple, tuple(identity(v, path, depth + 1) for v in x))
     if not is_leaf(x):
         if isinstance(x, LEAF_BASES):
             raise subclass_refusal(x, path)

@@ -15,7 +15,7 @@ GIB = 2**30
 
 @pytest.fixture
 def one_gib_available(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(budget, "available_memory_bytes", lambda: GIB)
+    monkeypatch.setattr(budget, "memory_limit", lambda: budget.MemoryLimit(GIB, "on this host"))
 
 
 def test_peak_bytes_follow_what_a_run_holds() -> None:

@@ -165,6 +165,14 @@ def _missing_extra(error: ModuleNotFoundError) -> str | None:
     return f"{error.name} is not installed: {install_command(extra)}"
 
 
+def _allocation_failure(error: Exception) -> str | None:
+    """The one line for an allocation that failed (low memory: `ulimit -v`, the cgroup), naming
+    the limit; None for any other error."""
+    from prenoise.guards.budget import allocation_failure
+
+    return allocation_failure(error)
+
+
 def _internal_error(error: Exception) -> str:
     """One line for an exception no user input explains."""
     what = f"{type(error).__name__}: {error}"
@@ -471,6 +479,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as error:  # a bug, or an import of an extra that is not installed
         if debug:
             raise
+        low_memory = _allocation_failure(error)
+        if low_memory is not None:  # plain output: rich may need an import that fails now
+            sys.stdout.write(f"error: {low_memory}\n")
+            return EXIT_USAGE
         hint = _missing_extra(error) if isinstance(error, ModuleNotFoundError) else None
         if hint is not None:
             console.print(f"[red]error:[/] {escape(hint)}", soft_wrap=True)

@@ -25,6 +25,7 @@ from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
+from prenoise.guards.budget import allocation_failure
 from prenoise.guards.cancel import Cancelled
 from prenoise.ref2va.pipeline import Ref2VAPipeline
 from prenoise.ref2va.sampler import SamplingCancelled
@@ -257,5 +258,8 @@ class Scheduler:
 
 
 def _one_line(exc: BaseException) -> str:
+    low_memory = allocation_failure(exc)  # low memory is named as such, with the limit that binds
+    if low_memory is not None:
+        return low_memory
     text = " ".join(str(exc).split())
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

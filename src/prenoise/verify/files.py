@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from prenoise.guards.budget import format_bytes, require_fits
+from prenoise.guards.budget import allocation_failure, format_bytes, require_fits
 from prenoise.guards.path_checks import not_a_file, path_problem
 from prenoise.verify.reports import UncomparableError
 
@@ -101,6 +101,8 @@ def load_saved(path: str | os.PathLike[str], memory_budget: int | None = None) -
         try:
             return torch.load(f, map_location="cpu", weights_only=True)
         except Exception as exc:  # torch.load raises many types for a bad file; all mean this
+            if allocation_failure(exc) is not None:  # but low memory is not the file's fault
+                raise
             reason = _load_failure(exc)
     raise UncomparableError(str(p), f"not a readable torch.save file: {reason}")
 

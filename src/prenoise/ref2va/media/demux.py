@@ -15,11 +15,18 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from prenoise.guards.budget import memory_limit
 from prenoise.ref2va.media.caps import MediaError
 
-__all__ = ["PacketCount", "check_complete", "counted_frames", "resource_failure"]
+__all__ = [
+    "RESOURCE_ERRNOS",
+    "PacketCount",
+    "check_complete",
+    "counted_frames",
+    "resource_failure",
+]
 
-_RESOURCE_ERRNOS = frozenset({errno.EAGAIN, errno.ENOMEM})
+RESOURCE_ERRNOS = frozenset({errno.EAGAIN, errno.ENOMEM})
 """FFmpeg errors that mean "no thread or memory to be had" (its frame threads fail to start with
 EAGAIN when the process is out of threads), whatever file is being decoded."""
 
@@ -53,10 +60,11 @@ def resource_failure(path: str | os.PathLike[str], exc: Exception) -> OSError | 
     """An `OSError` saying the system, not the file, failed (no thread or memory for the
     decoder), or None when `exc` is about the file."""
     code = getattr(exc, "errno", None)
-    if code not in _RESOURCE_ERRNOS:
+    if code not in RESOURCE_ERRNOS:
         return None
     return OSError(
         code,
         f"decoding {path}: the system refused the decoder threads or memory "
-        f"({os.strerror(code)}); the file is not at fault, retry with fewer processes running",
+        f"({os.strerror(code)}); the file is not at fault, retry with fewer processes running "
+        f"({memory_limit().described})",
     )

@@ -36,6 +36,7 @@ from prenoise.ref2va.media.caps import (
     decoder_options,
 )
 from prenoise.ref2va.media.demux import (
+    RESOURCE_ERRNOS,
     PacketCount,
     check_complete,
     counted_frames,
@@ -113,6 +114,10 @@ def _frame_to_array(frame: Any, width: int | None, height: int | None) -> np.nda
             width=scaled_w, height=scaled_h, format="rgb24", interpolation="BILINEAR"
         ).to_ndarray()
     except av.FFmpegError as exc:
+        if getattr(exc, "errno", None) in RESOURCE_ERRNOS:  # no memory for the scaler (ulimit -v)
+            raise MemoryError(
+                f"scaling a {frame.width}x{frame.height} frame to {scaled_w}x{scaled_h}: {exc}"
+            ) from exc
         # The request's size failed here, not the file: say so (callers blame FFmpegErrors on
         # the file they decode).
         raise MediaError(

@@ -147,7 +147,7 @@ def test_unwritable_json_is_refused_before_running(
         tmp_path / "a-file" / "v.json": "is a file, not a directory",
     }
     if Path("/proc/self").is_dir():  # writable by os.access even for root, yet not writable
-        destinations[Path("/proc/prenoise-verify.json")] = "cannot write there"
+        destinations[Path("/proc/prenoise-verify.json")] = "directory /proc is not writable"
     for destination, message in destinations.items():
         status = main(["vllm-omni-verify", "--json", str(destination)])
         [line] = capsys.readouterr().out.strip().splitlines()

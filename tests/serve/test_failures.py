@@ -56,7 +56,7 @@ def test_failures_are_isolated(start_server: StartServer, pipeline: Ref2VAPipeli
             assert [v["state"] for v in views] == ["failed", "failed", "failed", "done"], views
             assert views[0]["error"] == "RuntimeError: boom in denoise"
             assert views[1]["error"].startswith("OSError: disk full")
-            assert views[2]["error"].startswith("MemoryError: simulated")
+            assert views[2]["error"].startswith("out of memory (MemoryError: simulated")
             assert views[3]["error"] is None
             # the first output of the 667 job was written, then removed with the failure
             assert files_under(server.service.settings.output_dir) == [f"{good}.mp4"]

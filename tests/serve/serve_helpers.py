@@ -17,10 +17,11 @@ POLL_S = 0.01
 
 
 class ServerThread:
-    """uvicorn serving `app` on 127.0.0.1 (a free port) in a thread."""
+    """uvicorn serving `app` on 127.0.0.1 (a free port) in a thread (`config`: more of
+    uvicorn.Config's options, e.g. `http=prenoise.serve.http_protocol(1.0)`)."""
 
-    def __init__(self, app: Any) -> None:
-        config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning")
+    def __init__(self, app: Any, **config: Any) -> None:
+        config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", **config)
         self.app = app
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, name="test-uvicorn", daemon=True)

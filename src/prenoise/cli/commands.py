@@ -382,7 +382,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
     from prenoise.ref2va.cli_options import with_limit_overrides
     from prenoise.ref2va.config import RecipeError, load_recipe
-    from prenoise.serve import ServeLimits, ServeSettings, create_app
+    from prenoise.serve import ServeLimits, ServeSettings, create_app, http_protocol
 
     recipe = with_limit_overrides(load_recipe(args.recipe), args)
     media_root = args.media_root.resolve() if args.media_root else None
@@ -401,6 +401,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
             max_queued_upload_bytes=args.max_queued_upload_mb * 2**20,
         ),
         body_idle_timeout_s=args.body_idle_timeout,
+        body_timeout_s=args.body_timeout,
+        headers_timeout_s=args.headers_timeout,
     )
     with console.status("loading models…"):
         app = create_app(settings)
@@ -410,7 +412,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         f"prepare-ahead: {args.prepare_ahead})",
         soft_wrap=True,
     )
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+    http = http_protocol(settings.headers_timeout_s)  # closes connections whose headers lag
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, http=http)
     return 0
 
 

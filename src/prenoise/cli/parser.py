@@ -195,6 +195,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds a request body may send nothing before it is refused (408)",
     )
     serve.add_argument(
+        "--body-timeout",
+        type=at_least(1),
+        default=120,
+        metavar="S",
+        help="seconds a request body may take in all before it is refused (408)",
+    )
+    serve.add_argument(
+        "--headers-timeout",
+        type=at_least(1),
+        default=10,
+        metavar="S",
+        help="seconds a connection may take to send its request headers (408, closed)",
+    )
+    serve.add_argument(
         "--log-level",
         type=str.lower,
         choices=LOG_LEVELS,

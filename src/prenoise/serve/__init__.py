@@ -5,7 +5,8 @@ and cancellation, and `prenoise.serve.paths` for the media-root rules.
 """
 
 from prenoise.serve.app import create_app
+from prenoise.serve.connections import http_protocol
 from prenoise.serve.schema import ServeLimits
 from prenoise.serve.service import ServeSettings, Service
 
-__all__ = ["ServeLimits", "ServeSettings", "Service", "create_app"]
+__all__ = ["ServeLimits", "ServeSettings", "Service", "create_app", "http_protocol"]

@@ -1,10 +1,13 @@
 """Admission of `POST /v1/videos`: a bound on queued requests and on the upload bytes held.
 
-A request takes a slot when it arrives, before its body is read: the slots in use are the jobs
-waiting in the queue plus the requests still being received or validated, so many concurrent
-uploads cannot all pass a check made before any of them is queued. Its body bytes are charged
-as they stream in (the declared `Content-Length` up front), against every byte held for
-uploads: those still being received plus those saved for jobs not yet finished
+A request takes a queue slot only once its body is complete and valid (`take_slot`, called right
+before the job is queued, with no await between the two, so concurrent requests cannot all pass
+one check): a client that sends its body slowly holds a connection, never a slot, so slow
+clients cannot keep real ones out of the queue (`uploads.BodyIdleTimeout` bounds how long a body
+may take). A request that arrives while the queue is already full is refused before its body is
+read. Requests still being received are counted on their own (`in_flight`), and their body
+bytes are charged as they stream in (the declared `Content-Length` up front), against every byte
+held for uploads: those still being received plus those saved for jobs not yet finished
 (`JobStore.upload_bytes_held`). Over either bound the request is refused with `Refused`
 (HTTP 429 + `Retry-After`) at once, so a refused upload stops being read and nothing of it
 reaches `.uploads`.
@@ -90,21 +93,15 @@ class Admission:
 
     @contextmanager
     def admit(self, declared_bytes: int | None = None) -> Iterator[Ticket]:
-        """Take a slot (or raise `Refused`); the slot and its bytes are given back at exit.
+        """Start receiving a request (or raise `Refused` when the queue is full already); its
+        bytes are given back at exit. The queue slot is taken later, by `take_slot`.
 
         A request that became a job hands its upload bytes over to the job before exiting
         (`Job.upload_bytes`), so they stay counted until its uploads are removed.
         """
         ticket = Ticket(self)
         with self._lock:
-            waiting = self._queued() + self._in_flight
-            if waiting >= self.max_queued:
-                raise Refused(
-                    "max_queued",
-                    f"queue full: {waiting} requests queued or arriving "
-                    f"(--max-queued {self.max_queued}); retry later",
-                    self.retry_after_s,
-                )
+            self._refuse_if_full()
             self._in_flight += 1
         try:
             if declared_bytes:
@@ -114,6 +111,22 @@ class Admission:
             with self._lock:
                 self._in_flight -= 1
                 self._in_flight_bytes -= ticket.charged
+
+    def take_slot(self) -> None:
+        """Refuse (`Refused`) a complete, valid request when the queue is full; call it right
+        before queueing the job, with no await between the two."""
+        with self._lock:
+            self._refuse_if_full()
+
+    def _refuse_if_full(self) -> None:
+        waiting = self._queued()
+        if waiting >= self.max_queued:
+            raise Refused(
+                "max_queued",
+                f"queue full: {waiting} requests queued (--max-queued {self.max_queued}); "
+                "retry later",
+                self.retry_after_s,
+            )
 
     def _charge(self, ticket: Ticket, total: int) -> None:
         with self._lock:

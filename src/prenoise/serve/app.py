@@ -5,9 +5,11 @@
   invalid input (non-finite numbers, JSON nested too deeply, sizes above the limits or the
   memory budget, references above the media caps) → 422 `{"error", "field"}` with `field`
   naming the offending field; oversized body → 413; malformed multipart → 400; unsupported
-  content type → 415; a body that stalls for `body_idle_timeout_s` → 408; the queue or the
-  upload space full (`admission`) → 429 with `Retry-After` and `limit`, `retry_after_s` in the
-  body. Content types match case-insensitively.
+  content type → 415; a body that stalls for `body_idle_timeout_s` or is not complete within
+  `body_timeout_s` → 408; the queue (counted once a body is complete) or the upload space full
+  (`admission`) → 429 with `Retry-After` and `limit`, `retry_after_s` in the body. Content
+  types match case-insensitively. Request headers not complete within `headers_timeout_s`: 408
+  and the connection closed (`connections.http_protocol`, uvicorn's protocol).
 - `GET /v1/videos/{id}`: `Job.view()` (state, progress: `i/N` steps while denoising, else the
   stage, timings, error).
 - `GET /v1/videos/{id}/content?output=k`: the finished MP4 (409 while not done, 410 when the
@@ -124,7 +126,9 @@ def create_app(settings: ServeSettings, pipeline: Ref2VAPipeline | None = None) 
     app.add_middleware(
         BodySizeLimit, max_bytes=settings.limits.max_upload_bytes, on_reject=service.reject
     )
-    app.add_middleware(BodyIdleTimeout, timeout_s=settings.body_idle_timeout_s)
+    app.add_middleware(
+        BodyIdleTimeout, timeout_s=settings.body_idle_timeout_s, total_s=settings.body_timeout_s
+    )
     app.add_middleware(InternalErrors, on_error=service.internal_error)
 
     @app.exception_handler(HTTPException)
@@ -189,6 +193,7 @@ def create_app(settings: ServeSettings, pipeline: Ref2VAPipeline | None = None) 
                     limits=settings.limits,
                 )
                 held = ticket.charged if uploads else 0
+                service.admission.take_slot()  # only now: a slow body never holds a slot
                 job = service.submit(job_id, recipe, folder if uploads else None, held)
             except BaseException:
                 shutil.rmtree(folder, ignore_errors=True)

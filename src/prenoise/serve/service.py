@@ -40,6 +40,11 @@ class ServeSettings:
     """Threads the HTTP layer may use for blocking work (validation, file I/O): AnyIO's pool."""
     body_idle_timeout_s: float = 30.0
     """A request body that sends nothing for this long is answered 408 and released."""
+    body_timeout_s: float = 120.0
+    """A request body not complete this long after its headers is answered 408 and released."""
+    headers_timeout_s: float = 10.0
+    """A connection whose request headers take longer is answered 408 and closed (applied by
+    the uvicorn protocol `connections.http_protocol`, which `prenoise serve` runs)."""
     retry_after_s: int = 5
     """The `Retry-After` of a request refused because the queue or the upload space is full."""
 

@@ -5,7 +5,9 @@ limit and raises `BodyTooLarge` as soon as the bytes actually received do (chunk
 included), so an oversized upload is never read to the end. `BodyIdleTimeout` (ASGI
 middleware) raises `BodyIdle` when a request body, once started, sends nothing for
 `timeout_s` (uvicorn times out idle keep-alive connections, not a body that stops halfway),
-so a stalled upload is answered (408) and released instead of held open. `save_uploads` copies
+and `BodyTooSlow` when it is not complete `total_s` after the request's headers (a body sending
+a byte now and then is never idle), so a stalled or trickling upload is answered (408) and
+released instead of held open. `save_uploads` copies
 uploaded files into a job's private folder under server-chosen names (`paths.safe_upload_name`).
 """
 
@@ -14,6 +16,7 @@ from __future__ import annotations
 import math
 import os
 import shutil
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import BinaryIO
@@ -23,7 +26,14 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from prenoise.serve.paths import safe_upload_name
 
-__all__ = ["BodyIdle", "BodyIdleTimeout", "BodySizeLimit", "BodyTooLarge", "save_uploads"]
+__all__ = [
+    "BodyIdle",
+    "BodyIdleTimeout",
+    "BodySizeLimit",
+    "BodyTooLarge",
+    "BodyTooSlow",
+    "save_uploads",
+]
 
 
 class BodyTooLarge(ValueError):
@@ -75,35 +85,53 @@ class BodySizeLimit:
 class BodyIdle(TimeoutError):
     """A request body sent nothing for the configured idle timeout."""
 
-    def __init__(self, timeout_s: float) -> None:
-        super().__init__(f"no data for {timeout_s:g} s while receiving the request body")
+    def __init__(self, timeout_s: float, message: str | None = None) -> None:
+        super().__init__(message or f"no data for {timeout_s:g} s while receiving the request body")
         self.timeout_s = timeout_s
+
+
+class BodyTooSlow(BodyIdle):
+    """A request body was not complete within the configured total time."""
+
+    def __init__(self, timeout_s: float) -> None:
+        super().__init__(timeout_s, f"request body not complete within {timeout_s:g} s")
+
+
+def _positive(name: str, value: float) -> float:
+    if not (value > 0 and math.isfinite(value)):
+        raise ValueError(f"{name} must be a positive number of seconds, got {value}")
+    return value
 
 
 class BodyIdleTimeout:
-    """ASGI middleware: every wait for the next body chunk is bounded by `timeout_s`."""
+    """ASGI middleware: every wait for the next body chunk is bounded by `timeout_s` (else
+    `BodyIdle`), and the whole body by `total_s` from the request's start (else `BodyTooSlow`):
+    a body trickling one byte per second is never idle, but it is slow."""
 
-    def __init__(self, app: ASGIApp, timeout_s: float) -> None:
-        if not (timeout_s > 0 and math.isfinite(timeout_s)):
-            raise ValueError(f"timeout_s must be a positive number of seconds, got {timeout_s}")
+    def __init__(self, app: ASGIApp, timeout_s: float, total_s: float | None = None) -> None:
         self.app = app
-        self.timeout_s = timeout_s
+        self.timeout_s = _positive("timeout_s", timeout_s)
+        self.total_s = None if total_s is None else _positive("total_s", total_s)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        timeout_s = self.timeout_s
+        timeout_s, total_s = self.timeout_s, self.total_s
+        deadline = None if total_s is None else time.monotonic() + total_s
         body_done = False
 
         async def bounded_receive() -> Message:
             nonlocal body_done
             if body_done:  # later calls wait for a disconnect (streaming): not bounded
                 return await receive()
+            left = math.inf if deadline is None else deadline - time.monotonic()
             try:
-                with fail_after(timeout_s):
+                with fail_after(max(0.0, min(timeout_s, left))):
                     message = await receive()
             except TimeoutError:
+                if left <= timeout_s and total_s is not None:
+                    raise BodyTooSlow(total_s) from None
                 raise BodyIdle(timeout_s) from None
             body_done = message["type"] != "http.request" or not message.get("more_body", False)
             return message

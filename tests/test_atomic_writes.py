@@ -117,3 +117,20 @@ def test_sweep_removes_dead_writers_partials_only(tmp_path: Path) -> None:
         p.write_bytes(b"x")
     assert sweep_partials(tmp_path) == [orphan]
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in (live, mine, keep))
+
+
+def test_the_next_write_of_a_file_removes_a_dead_writers_temporary(tmp_path: Path) -> None:
+    # issue 35, MEDIUM 8: `kill -9` during `prenoise generate --out clip.mp4` left this for ever
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        text=True,
+        capture_output=True,
+        check=True,
+    )
+    orphan = tmp_path / f".clip.mp4.{int(dead.stdout)}-0123abcd.partial.mp4"
+    live = tmp_path / f".clip.mp4.{os.getppid()}-0123abcd.partial.mp4"
+    other = tmp_path / f".other.mp4.{int(dead.stdout)}-0123abcd.partial.mp4"
+    for path in (orphan, live, other):
+        path.write_bytes(b"\0")
+    write_atomic(tmp_path / "clip.mp4", b"new")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["clip.mp4", live.name, other.name])

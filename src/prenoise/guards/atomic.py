@@ -6,8 +6,9 @@ temporary name in its own directory (`.NAME.PID-RANDOM.partial.EXT`), flushed to
 the rename itself survives a crash. Until the rename, a previous file at that path is untouched;
 on any error (a full disk, a kill, Ctrl-C) the temporary file is removed and nothing half-written
 is left under the real name. A `kill -9` can still leave a temporary file behind: its name says
-so (`PARTIAL_MARK`) and whose it was (the process id), and :func:`sweep_partials` removes those
-whose writer is gone.
+so (`PARTIAL_MARK`) and whose it was (the process id); the next write of the same file removes
+it, and :func:`sweep_partials` removes every one in a directory whose writer is gone (`prenoise
+serve` does at start).
 
 A write the OS refuses (no space, quota, read-only file system, an I/O error) is a
 :class:`OutputWriteError`: one line naming the path and the reason, and that nothing was written.
@@ -60,11 +61,14 @@ class OutputWriteError(OSError):
         return str(self.strerror)
 
 
+def _suffix(target: Path) -> str:
+    return target.suffix if 0 < len(target.suffix) <= 16 else ""
+
+
 def _temporary_name(target: Path) -> Path:
-    suffix = target.suffix if 0 < len(target.suffix) <= 16 else ""
-    stem = target.name[: 200 - len(suffix)]  # keep the name under NAME_MAX
+    stem = target.name[: 200 - len(_suffix(target))]  # keep the name under NAME_MAX
     tag = f"{os.getpid()}-{secrets.token_hex(4)}"
-    return target.with_name(f".{stem}.{tag}{PARTIAL_MARK}{suffix}")
+    return target.with_name(f".{stem}.{tag}{PARTIAL_MARK}{_suffix(target)}")
 
 
 def is_partial(name: str) -> bool:
@@ -109,6 +113,7 @@ def atomic_output(
                 continue
     except OSError as error:
         raise _wrapped(target, error, what) from None
+    _sweep_earlier(target)
     try:
         yield tmp
         _fsync_path(tmp)
@@ -171,6 +176,20 @@ def sweep_partials(directory: str | os.PathLike[str], *, recursive: bool = True)
             candidate.unlink()
             removed.append(candidate)
     return removed
+
+
+def _sweep_earlier(target: Path) -> None:
+    """Remove the temporary files an earlier, dead writer of `target` left beside it."""
+    prefix = f".{target.name[: 200 - len(_suffix(target))]}."
+    with contextlib.suppress(OSError):
+        for candidate in target.parent.glob(f".*{PARTIAL_MARK}*"):
+            match = _PARTIAL.match(candidate.name)
+            if match is None or not candidate.name.startswith(prefix):
+                continue
+            pid = int(match.group(1))
+            if pid != os.getpid() and not _alive(pid) and not candidate.is_symlink():
+                with contextlib.suppress(OSError):
+                    candidate.unlink()
 
 
 def _alive(pid: int) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import shutil
 import uuid
 from dataclasses import dataclass, field
@@ -15,10 +16,13 @@ from prenoise.ref2va.pipeline import Ref2VAPipeline
 from prenoise.serve.admission import Admission
 from prenoise.serve.jobs import Job, JobState, JobStore, remove_uploads
 from prenoise.serve.metrics import KernelBackend, ServeMetrics, kernel_backend
+from prenoise.serve.orphans import OutputDirLock, sweep_orphans
 from prenoise.serve.scheduler import Scheduler
 from prenoise.serve.schema import ServeLimits
 
 __all__ = ["ServeSettings", "Service"]
+
+logger = logging.getLogger("prenoise.serve")
 
 
 @dataclass(frozen=True)
@@ -69,6 +73,8 @@ class Service:
             prepare_ahead=settings.prepare_ahead,
         )
         self.upload_root = settings.output_dir / ".uploads"
+        self._lock = OutputDirLock.take(settings.output_dir)  # one service per output directory
+        self.swept: list[Path] = []
         self.admission = Admission(
             max_queued=settings.limits.max_queued,
             max_held_bytes=settings.limits.max_queued_upload_bytes,
@@ -78,14 +84,22 @@ class Service:
         )
 
     def start(self) -> None:
-        """Sweep uploads an earlier process left (no job owns them yet); start the executor."""
-        shutil.rmtree(self.upload_root, ignore_errors=True)
+        """Sweep what an earlier process left (`sweep_orphans`); start the executor."""
+        self.swept = sweep_orphans(self.settings.output_dir)
+        if self.swept:
+            logger.info(
+                "removed %d files an earlier service left in %s (partial MP4s, outputs of jobs "
+                "this service does not know)",
+                len(self.swept),
+                self.settings.output_dir,
+            )
         self.scheduler.start()
 
     def stop(self) -> None:
         """Cancel queued work, stop the running job at its next step, remove stray uploads."""
         self.scheduler.stop()
         shutil.rmtree(self.upload_root, ignore_errors=True)
+        self._lock.release()
 
     @staticmethod
     def new_job_id() -> str:

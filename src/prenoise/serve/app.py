@@ -5,11 +5,13 @@
   invalid input (non-finite numbers, JSON nested too deeply, sizes above the limits or the
   memory budget, references above the media caps) → 422 `{"error", "field"}` with `field`
   naming the offending field; oversized body → 413; malformed multipart → 400; unsupported
-  content type → 415; a body that stalls for `body_idle_timeout_s` or is not complete within
-  `body_timeout_s` → 408; the queue (counted once a body is complete) or the upload space full
-  (`admission`) → 429 with `Retry-After` and `limit`, `retry_after_s` in the body. Content
-  types match case-insensitively. Request headers not complete within `headers_timeout_s`: 408
-  and the connection closed (`connections.http_protocol`, uvicorn's protocol).
+  content type → 415; uploads the service's disk refuses → 507 (full) or 503 (read-only, I/O
+  error) naming the problem, with `Retry-After`; a body that stalls for `body_idle_timeout_s`
+  or is not complete within `body_timeout_s` → 408; the queue (counted once a body is
+  complete) or the upload space full (`admission`) → 429 with `Retry-After` and `limit`,
+  `retry_after_s` in the body. Content types match case-insensitively. Request headers not
+  complete within `headers_timeout_s`: 408 and the connection closed
+  (`connections.http_protocol`, uvicorn's protocol).
 - `GET /v1/videos/{id}`: `Job.view()` (state, progress: `i/N` steps while denoising, else the
   stage, timings, error).
 - `GET /v1/videos/{id}/content?output=k`: the finished MP4 (409 while not done, 410 when the
@@ -18,7 +20,8 @@
   boundary (202); finished → record and files removed (200, state `deleted`).
 - `GET /health`, `GET /metrics` (Prometheus text format).
 
-Every error response, whatever its status (400, 404, 408, 409, 410, 413, 415, 422, 429, 500), has
+Every error response, whatever its status (400, 404, 408, 409, 410, 413, 415, 422, 429, 500,
+503, 507), has
 the body
 `{"error": message, "field": name or null}`; refused requests count as `rejected` and internal
 errors as `error` in `prenoise_requests_total`.
@@ -58,6 +61,7 @@ from prenoise.serve.uploads import (
     BodyIdleTimeout,
     BodySizeLimit,
     BodyTooLarge,
+    UploadStorageError,
     save_uploads,
 )
 
@@ -168,6 +172,12 @@ def create_app(settings: ServeSettings, pipeline: Ref2VAPipeline | None = None) 
             limit=exc.limit,
             retry_after_s=retry,
         )
+
+    @app.exception_handler(UploadStorageError)
+    async def _no_storage(_request: Request, exc: UploadStorageError) -> JSONResponse:
+        service.reject()  # the disk's state, not a bug: named, and counted as a refusal
+        retry = {"Retry-After": str(settings.retry_after_s)}
+        return _error(exc.status, str(exc), "reference", headers=retry)
 
     @app.exception_handler(RequestRejected)
     async def _rejected(_request: Request, exc: RequestRejected) -> JSONResponse:

@@ -13,6 +13,7 @@ uploaded files into a job's private folder under server-chosen names (`paths.saf
 
 from __future__ import annotations
 
+import errno
 import math
 import os
 import shutil
@@ -32,6 +33,7 @@ __all__ = [
     "BodySizeLimit",
     "BodyTooLarge",
     "BodyTooSlow",
+    "UploadStorageError",
     "save_uploads",
 ]
 
@@ -149,15 +151,46 @@ async def _send_413(send: Send, limit: int) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
+class UploadStorageError(Exception):
+    """The service's disk refused an upload: full (507) or not writable (503); one line."""
+
+    FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+    UNWRITABLE = frozenset({errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO})
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+    @classmethod
+    def of(cls, error: OSError) -> UploadStorageError | None:
+        """The refusal for a disk error, or None for any other `OSError` (a bug: 500)."""
+        reason = (error.strerror or str(error)).lower()
+        if error.errno in cls.FULL:
+            return cls(507, f"reference: the service has no space left for uploads ({reason})")
+        if error.errno in cls.UNWRITABLE:
+            return cls(503, f"reference: the service cannot store uploads now ({reason})")
+        return None
+
+
 def save_uploads(folder: Path, files: Sequence[tuple[str | None, BinaryIO]]) -> list[Path]:
-    """Copy `(client filename, stream)` pairs into `folder` (created 0700); returns the paths."""
-    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-    paths: list[Path] = []
-    for index, (filename, stream) in enumerate(files):
-        path = folder / safe_upload_name(index, filename)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        with os.fdopen(fd, "wb") as out:
-            stream.seek(0)
-            shutil.copyfileobj(stream, out, 1 << 20)
-        paths.append(path)
+    """Copy `(client filename, stream)` pairs into `folder` (created 0700); returns the paths.
+
+    A disk that refuses them (full, read-only, I/O error) raises `UploadStorageError` (507 or
+    503, one line naming the problem); the folder is removed."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        paths: list[Path] = []
+        for index, (filename, stream) in enumerate(files):
+            path = folder / safe_upload_name(index, filename)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            with os.fdopen(fd, "wb") as out:
+                stream.seek(0)
+                shutil.copyfileobj(stream, out, 1 << 20)
+            paths.append(path)
+    except OSError as error:
+        refusal = UploadStorageError.of(error)
+        if refusal is None:
+            raise
+        shutil.rmtree(folder, ignore_errors=True)
+        raise refusal from error
     return paths

@@ -116,6 +116,18 @@ def mix_section(ctx: Context) -> list[str]:
         elif compiled["status"] == "error":
             detail += f" ({compiled['error']})"
         lines.append(f"| {name} | {_cell(state)} | {eager['cases']} | {_cell(detail)} |")
+    rules = report.get("upstream_rules")
+    if rules:
+        lines += [
+            "",
+            "vLLM-Omni 0.32.0rc1's mixing statements on this device (its NPU rule: coefficients "
+            "rounded in CPU float32, then two products and one sum on the device; its guided "
+            "recipe's Python-float statement), against prenoise's mix and the CPU:",
+            "",
+            "| case | equal |",
+            "| --- | --- |",
+            *(f"| {_cell(c['case'])} | {'yes' if c['equal'] else 'NO'} |" for c in rules["cases"]),
+        ]
     return lines
 
 

@@ -11,6 +11,13 @@ and compares every result with the same call on CPU copies of the inputs. The CP
 themselves compared with the documented formula written out in numpy (float32 coefficients, two
 products and one sum, each rounded to the dtype), so a wrong reference cannot pass either.
 
+vLLM-Omni 0.32.0rc1 mixes MiniMax-H3's visual conditions on the output device when that is an
+NPU (its coefficients still rounded in CPU float32 first), and its timeline-guided recipe with
+Python-float coefficients. `upstream_rules` runs both statements exactly as upstream writes them
+on `--device` (float32, the dtype upstream mixes in) and compares them with prenoise's mixes there
+(`mix_condition`; `h3_mix.mix_guided_rows`' statement) and with the CPU: whether prenoise's rule
+holds on this device too.
+
 A `torch.compile` variant is run too and reported on its own: compiled kernels may fuse the two
 products and the sum (no intermediate rounding), which the contract does not cover. Its result
 never changes the exit status.
@@ -196,6 +203,49 @@ def compiled_case(device: torch.device, dtype: torch.dtype, numel: int) -> dict[
     }
 
 
+def upstream_rules(device: torch.device, numel: int) -> list[dict[str, Any]]:
+    """vLLM-Omni 0.32.0rc1's two mixing statements run on `device` (see the module docstring)."""
+    cases = Cases(device)
+    rows = max(1, numel // 96) + 1
+    clean_cpu, noise_cpu = _rows(7, (rows, 96), torch.float32), _rows(8, (rows, 96), torch.float32)
+    clean, noise = clean_cpu.to(device), noise_cpu.to(device)
+    tau = 0.999  # MINIMAX_H3_IMGVID_COND_TIMESTEP
+
+    def upstream_dependent(c: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
+        # condition_noise.minimax_h3_imgvid_cond_noise_aug_rows, 0.32.0rc1, on c's device
+        timestep = torch.tensor(tau, dtype=torch.float32, device="cpu")
+        noise_timestep = 1.0 - timestep
+        timestep, noise_timestep = timestep.to(c.device), noise_timestep.to(c.device)
+        out = torch.empty(c.shape, dtype=torch.float32, device=c.device)
+        torch.add(timestep * c, noise_timestep * n, out=out)
+        return out
+
+    def upstream_guided(c: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
+        out = torch.empty(c.shape, dtype=torch.float32, device=c.device)
+        out[:] = tau * c + (1.0 - tau) * n
+        return out
+
+    expected = formula(clean_cpu, noise_cpu, tau)
+    cases.add(
+        "0.32 dependent statement on device vs prenoise on the CPU",
+        lambda: upstream_dependent(clean, noise),
+        lambda: mix_condition(clean_cpu, noise_cpu, tau),
+        expected,
+    )
+    cases.add(
+        "prenoise mix_condition on device vs 0.32 dependent statement on the CPU",
+        lambda: mix_condition(clean, noise_cpu, tau),
+        lambda: upstream_dependent(clean_cpu, noise_cpu),
+        expected,
+    )
+    cases.add(
+        "0.32 guided statement on device vs on the CPU",
+        lambda: upstream_guided(clean, noise),
+        lambda: upstream_guided(clean_cpu, noise_cpu),
+    )
+    return cases.results
+
+
 def run(device: torch.device, numel: int, compile_too: bool) -> dict[str, Any]:
     """All cases for every dtype, as the JSON report."""
     report: dict[str, Any] = {
@@ -227,7 +277,11 @@ def run(device: torch.device, numel: int, compile_too: bool) -> dict[str, Any]:
             else {"status": "skipped", "reason": "--no-compile"}
         )
         report["dtypes"][name] = entry
-    report["equal"] = all(d["eager"]["equal"] for d in report["dtypes"].values())
+    rules = upstream_rules(device, numel)
+    report["upstream_rules"] = {"equal": all(c["equal"] for c in rules), "cases": rules}
+    report["equal"] = report["upstream_rules"]["equal"] and all(
+        d["eager"]["equal"] for d in report["dtypes"].values()
+    )
     return report
 
 
@@ -271,6 +325,9 @@ def main(argv: list[str] | None = None) -> int:
         eager, compiled = entry["eager"], entry["compiled"]
         verdict = "equal" if eager["equal"] else f"DIFFERS in {eager['failed_cases']}"
         print(f"{name}: eager {verdict} ({eager['cases']} cases); compiled {compiled['status']}")
+    rules = report["upstream_rules"]
+    failed = [c["case"] for c in rules["cases"] if not c["equal"]]
+    print(f"vllm-omni 0.32 mixing rules: {'equal' if not failed else f'DIFFER in {failed}'}")
     print(
         f"device {report['device']}: {'all eager cases equal' if report['equal'] else 'MISMATCH'}"
     )

@@ -133,6 +133,12 @@ def wan_t2v_pipeline() -> Any:
     pipe._flow_shift = 5.0
     pipe.scheduler = upstream.build_wan_scheduler("unipc", 5.0)
     pipe._progress_bar_config = {"disable": True}
+    try:  # vllm-omni 0.32.0rc1 on: the stage this pipeline serves (a whole request here)
+        from vllm_omni.config.stage_config import resolve_diffusion_stage_role
+    except ImportError:
+        pass
+    else:
+        pipe.stage_role = resolve_diffusion_stage_role(None, None)
     return pipe
 
 

@@ -134,9 +134,10 @@ def test_prepare_next_output_requires_every_output_prepared(
         self: request_module.RequestPreparation,
         initial: request_module.InitialNoiseKey,
         condition: request_module.ConditionKey | None,
+        **kwargs: bool,
     ) -> None:
         if initial.seed == 5:
-            submit(self, initial, condition)
+            submit(self, initial, condition, **kwargs)
 
     monkeypatch.setattr(request_module.RequestPreparation, "_submit", first_output_only)
     result = verify_request(H3Request((image_ref,), seed=5, outputs=2, steps=1))

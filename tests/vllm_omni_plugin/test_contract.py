@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from prenoise.integrations.vllm_omni import plugin, request
+from prenoise.integrations.vllm_omni import h3_shapes, plugin, request
 from prenoise.integrations.vllm_omni.settings import ENABLE_ENV
 from prenoise.integrations.vllm_omni.verification import H3Request, run_arm, verify_request
 
@@ -39,13 +39,9 @@ def test_missing_vllm_omni_says_not_installed(
     monkeypatch: pytest.MonkeyPatch, said: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setattr(plugin, "_vllm_omni_version", lambda: None)
-    monkeypatch.setattr(plugin, "SUPPORTED_VERSIONS", ("0.30.", "0.29."))
     plugin.register()
     assert not plugin.is_installed()
-    assert said.messages == [
-        "prenoise: vllm-omni (not installed) is not supported (supported: 0.30.x, 0.29.x); "
-        "plugin did nothing"
-    ]
+    assert said.messages == ["prenoise: vllm-omni is not installed; plugin did nothing"]
 
 
 @pytest.mark.parametrize(
@@ -57,7 +53,7 @@ def test_missing_vllm_omni_says_not_installed(
     ],
 )
 def test_a_vae_without_the_upstream_hooks_is_not_predicted(vae: object) -> None:
-    assert request._predict_video_shape(vae, (5, 64, 64, 3)) is None
+    assert h3_shapes._predict_video_shape(vae, (5, 64, 64, 3)) is None
 
 
 def test_condition_noise_the_pipeline_does_not_use_is_dropped(
@@ -117,12 +113,12 @@ def test_the_prediction_counts_the_frames_upstream_stages(streamed_prep: None) -
     """Upstream's own staging decides the frame count (here 13 staged from 10 decoded), run on
     a 1x1-pixel uint8 stand-in on the meta device."""
     vae = _Vae(staged_frames=13)
-    predicted = request._predict_video_shape(vae, (10, 100, 200, 3))
+    predicted = h3_shapes._predict_video_shape(vae, (10, 100, 200, 3))
     assert predicted == (4, 128 // 8, 224 // 8)
     assert [type(v) for v in predicted] == [int, int, int]  # keys compare with upstream's ints
     assert vae.calls == [((10, 1, 1, 3), np.dtype(np.uint8), torch.device("meta"))]
     unstaged = _Vae(staged_frames=None)  # staging declined: the decoded count stands
-    assert request._predict_video_shape(unstaged, (10, 100, 200, 3)) == (3, 16, 28)
+    assert h3_shapes._predict_video_shape(unstaged, (10, 100, 200, 3)) == (3, 16, 28)
 
 
 def test_the_legacy_prep_counts_decoded_frames(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -130,7 +126,7 @@ def test_the_legacy_prep_counts_decoded_frames(monkeypatch: pytest.MonkeyPatch) 
 
     monkeypatch.setattr(upstream_vae, "_legacy_encode_prep_enabled", lambda: True)
     vae = _Vae(staged_frames=13)
-    assert request._predict_video_shape(vae, (10, 100, 200, 3)) == (3, 16, 28)
+    assert h3_shapes._predict_video_shape(vae, (10, 100, 200, 3)) == (3, 16, 28)
     assert vae.calls == []
 
 
@@ -144,11 +140,11 @@ def test_the_legacy_prep_counts_decoded_frames(monkeypatch: pytest.MonkeyPatch) 
     ],
 )
 def test_incomplete_hooks_are_not_predicted(streamed_prep: None, model: dict[str, Any]) -> None:
-    assert request._predict_video_shape(_Vae(13, **model), (10, 100, 200, 3)) is None
+    assert h3_shapes._predict_video_shape(_Vae(13, **model), (10, 100, 200, 3)) is None
 
 
 def test_frames_that_are_not_thwc_are_not_predicted(streamed_prep: None) -> None:
-    assert request._predict_video_shape(_Vae(13), (10, 100, 200)) is None
+    assert h3_shapes._predict_video_shape(_Vae(13), (10, 100, 200)) is None
 
 
 def test_original_is_upstreams_own_whether_or_not_installed() -> None:

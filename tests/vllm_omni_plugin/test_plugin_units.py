@@ -26,7 +26,7 @@ import torch
 import torch.utils._contextlib as torch_contextlib
 
 from bitwise import bitwise_equal
-from prenoise.integrations.vllm_omni import plugin, request
+from prenoise.integrations.vllm_omni import plugin, request, support
 from prenoise.integrations.vllm_omni.request import ConditionKey, InitialNoiseKey
 from prenoise.integrations.vllm_omni.settings import PluginSettings, SettingsError
 from prenoise.preparation.prediction import MismatchPolicy
@@ -42,6 +42,8 @@ FUNCTIONS = (
     "prepare_encoder_inputs",
     "minimax_h3_imgvid_cond_noise_aug_rows",
     "minimax_h3_audio_cond_noise_aug_rows",
+    # upstream's own draw ahead, where it has it (0.32.0rc1)
+    *(["minimax_h3_imgvid_cond_noise_rows"] * support.current().upstream_prepares_ref2va),
 )
 NAMES = METHODS + FUNCTIONS
 SETTINGS = (
@@ -55,7 +57,8 @@ def installed_line(vllm_omni: str | None = None) -> str:
     vllm_omni = vllm_omni or importlib.metadata.version("vllm-omni")
     return (
         f"prenoise {importlib.metadata.version('prenoise')}: overlapped noise preparation "
-        f"installed in MiniMax-H3 (vllm-omni {vllm_omni}; {SETTINGS}; pid {os.getpid()})"
+        f"installed in MiniMax-H3 (vllm-omni {vllm_omni}, {support.current().describe()}; "
+        f"{SETTINGS}; pid {os.getpid()})"
     )
 
 
@@ -88,6 +91,7 @@ def implementations() -> dict[str, Any]:
         "prepare_encoder_inputs": plugin._prepare_encoder_inputs,
         "minimax_h3_imgvid_cond_noise_aug_rows": plugin._condition_noise_rows,
         "minimax_h3_audio_cond_noise_aug_rows": plugin._audio_condition_noise_rows,
+        "minimax_h3_imgvid_cond_noise_rows": plugin._condition_noise_rows_ahead,
     }
 
 
@@ -167,8 +171,10 @@ class FakePreparation:
         sampling: Any,
         settings: PluginSettings,
         request_id: Any = None,
+        code: Any = None,
     ) -> None:
         self.log = log
+        assert code is support.current()
         log.append(("open", pipeline, sampling, settings, request_id))
 
     def __enter__(self) -> FakePreparation:
@@ -329,50 +335,61 @@ def test_an_os_environ_error_quotes_os_environ(monkeypatch: pytest.MonkeyPatch) 
 # -- register, the version guard, the logs -------------------------------------------------------
 
 
-def test_register_installs_on_a_supported_release(
+def test_register_installs_whatever_the_version_says(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setattr(plugin, "_vllm_omni_version", lambda: "0.30.7")
+    """The version string decides nothing: the installed code does (`support`)."""
+    monkeypatch.setattr(plugin, "_vllm_omni_version", lambda: "0.33.7")
     with caplog.at_level(logging.INFO, logger=LOGGER):
         plugin.register()
     assert plugin.is_installed() is True
-    assert logged(caplog) == [(logging.INFO, installed_line("0.30.7"))]
-    assert plugin._said == set()
-
-
-@pytest.mark.parametrize("version", ["0.29.1", "1.30.0", "0.3.0", "0.31.0", "10.30.1"])
-def test_register_refuses_other_releases_with_the_exact_warning(
-    version: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    monkeypatch.setattr(plugin, "_vllm_omni_version", lambda: version)
-    before = current()
-    with caplog.at_level(logging.INFO, logger=LOGGER):
-        plugin.register()
-    assert plugin.is_installed() is False and same(current(), before)
-    assert logged(caplog) == [
-        (
-            logging.WARNING,
-            f"prenoise: vllm-omni {version} is not supported (supported: 0.30.x); "
-            "plugin did nothing",
-        )
+    said = [line for line in logged(caplog) if line[0] != logging.INFO]
+    assert logged(caplog)[0] == (logging.INFO, installed_line("0.33.7"))
+    assert said == [
+        (logging.WARNING, _path_off_line("0.33.7", path, problem))
+        for path, problem in support.current().problems.items()
     ]
-    assert plugin._said == {"version"}
+    assert plugin._said == {f"code:{path}" for path in support.current().problems}
 
 
-def test_register_without_vllm_omni_and_several_supported_releases(
+def _path_off_line(version: str, path: str, problem: str) -> str:
+    return f"prenoise: vllm-omni {version}: {path}: off, upstream's code runs untouched: {problem}"
+
+
+@pytest.mark.parametrize(
+    "path", [support.H3_STREAMS_PATH, support.H3_AHEAD_PATH, support.WAN_AHEAD_PATH]
+)
+def test_register_names_a_path_whose_code_changed_once(
+    path: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    problem = "SomeClass.method (some.module) changed: digest 0123456789ab; reviewed x (0.30.0)"
+    changed = support.Support({path: problem})
+    monkeypatch.setattr(support, "current", lambda: changed)
+    monkeypatch.setattr(plugin, "_vllm_omni_version", lambda: "0.40.0")
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        plugin.register()
+        plugin.register()
+    if path == support.H3_STREAMS_PATH:
+        line = (
+            "prenoise: vllm-omni 0.40.0: MiniMax-H3 runs upstream's code untouched; with a named "
+            f"PRENOISE_VLLM_OMNI_NOISE_STREAM its requests fail (NoiseStreamError): {problem}"
+        )
+        assert set(plugin._installed) == {"forward"}  # the guard alone
+    else:
+        line = _path_off_line("0.40.0", path, problem)
+        assert "_initial_noise" in plugin._installed
+    assert logged(caplog) == [(logging.WARNING, line)]
+
+
+def test_register_without_vllm_omni(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setattr(plugin, "_vllm_omni_version", lambda: None)
-    monkeypatch.setattr(plugin, "SUPPORTED_VERSIONS", ("0.30.", "0.29."))
     with caplog.at_level(logging.INFO, logger=LOGGER):
         plugin.register()
     assert plugin.is_installed() is False
     assert logged(caplog) == [
-        (
-            logging.WARNING,
-            "prenoise: vllm-omni (not installed) is not supported (supported: 0.30.x, 0.29.x); "
-            "plugin did nothing",
-        )
+        (logging.WARNING, "prenoise: vllm-omni is not installed; plugin did nothing")
     ]
     assert plugin._said == {"version"}
 
@@ -395,8 +412,8 @@ def test_register_disabled_does_not_even_ask_the_version(
 def test_each_reason_is_said_once(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Disabled twice, then unsupported twice: two warnings, one per reason."""
-    monkeypatch.setattr(plugin, "_vllm_omni_version", lambda: "0.1.0")
+    """Disabled twice, then not installed twice: two warnings, one per reason."""
+    monkeypatch.setattr(plugin, "_vllm_omni_version", lambda: None)
     with caplog.at_level(logging.INFO, logger=LOGGER):
         monkeypatch.setenv(ENABLE, "0")
         plugin.register()
@@ -406,7 +423,7 @@ def test_each_reason_is_said_once(
         plugin.register()
     assert [m for _, m in logged(caplog)] == [
         DISABLED,
-        "prenoise: vllm-omni 0.1.0 is not supported (supported: 0.30.x); plugin did nothing",
+        "prenoise: vllm-omni is not installed; plugin did nothing",
     ]
     assert plugin._said == {"disabled", "version"}
 
@@ -459,6 +476,8 @@ def test_install_wraps_exactly_the_six_names() -> None:
     now = current()
     assert same(plugin._installed, now)
     for name, impl in implementations().items():
+        if name not in NAMES:
+            continue  # an optional name this upstream does not have
         assert now[name] is not impl and now[name] is not before[name], name
         assert now[name].__wrapped__ is before[name], name
         assert now[name].__name__ == name

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import torch
 
-from prenoise.integrations.vllm_omni import plugin, request
+from prenoise.integrations.vllm_omni import h3_shapes, plugin, request, support
 from prenoise.integrations.vllm_omni.request import (
     ConditionKey,
     DrawRecord,
@@ -109,6 +109,16 @@ def make_sampling(**changes: Any) -> SimpleNamespace:
     return SimpleNamespace(**(fields | changes))
 
 
+UPSTREAM_FIRST = False  # the legacy code (0.30/0.31): upstream draws nothing ahead
+
+
+@pytest.fixture(autouse=True)
+def legacy_code(monkeypatch: pytest.MonkeyPatch) -> None:
+    """prenoise's own logic, on the code of 0.30/0.31 whatever the venv has (the 0.32.0rc1 flow,
+    where upstream draws a Ref2VA first output ahead itself: `test_upstream_ahead.py`)."""
+    monkeypatch.setattr(support, "current", lambda: support.Support())
+
+
 @pytest.fixture
 def settings() -> PluginSettings:
     return PluginSettings()
@@ -181,8 +191,8 @@ def test_prediction_events_are_the_executors(state: RequestPreparation) -> None:
 @pytest.mark.parametrize(
     ("media", "sampling", "pipeline", "reason"),
     [
-        ({"task": "t2va"}, {}, {}, "task 't2va' (only ref2va is prepared ahead)"),
-        ({"task": None}, {}, {}, "task None (only ref2va is prepared ahead)"),
+        ({"task": "x2va"}, {}, {}, "task 'x2va' (prepared ahead: ref2va, t2va, fl2va)"),
+        ({"task": None}, {}, {}, "task None (prepared ahead: ref2va, t2va, fl2va)"),
         ({}, {"extra_args": {"continuation_prompts": []}}, {}, "continuation request"),
         ({}, {}, {"load_vae_encoder": False}, "media conditioning comes from the encoder stage"),
     ],
@@ -212,7 +222,7 @@ def test_a_missing_task_is_ineligible(state: RequestPreparation) -> None:
     media = make_media()
     del media.task
     state.start(SimpleNamespace(media=media))
-    assert state.skipped == "task None (only ref2va is prepared ahead)"
+    assert state.skipped == "task None (prepared ahead: ref2va, t2va, fl2va)"
 
 
 def test_upstreams_continuation_rule_decides_with_the_requests_arguments(
@@ -596,18 +606,18 @@ def test_rank_zero_broadcasts_its_first_output_plan_once(ranks: Any) -> None:
         started(prep)
         prep.share_plan()
         prep.share_plan()
-    assert fake.broadcasts == [([(INITIAL, CONDITION, 2)], 0, fake.group)]
+    assert fake.broadcasts == [([(INITIAL, CONDITION, 2, UPSTREAM_FIRST)], 0, fake.group)]
 
 
 def test_an_unprepared_rank_zero_broadcasts_none(state: RequestPreparation, ranks: Any) -> None:
     fake = ranks(0, 2)
-    started(state, task="t2va")
+    started(state, task="x2va")
     state.share_plan()
     assert fake.broadcasts == [([None], 0, fake.group)]
 
 
 def test_another_rank_prepares_rank_zeros_plan(ranks: Any) -> None:
-    fake = ranks(1, 2, sent=[(INITIAL, CONDITION, 3)])
+    fake = ranks(1, 2, sent=[(INITIAL, CONDITION, 3, False)])
     with next_output_state(1) as prep:  # this rank's own request says nothing
         prep.share_plan()
         assert fake.broadcasts == [([None], 0, fake.group)]
@@ -623,7 +633,7 @@ def test_another_rank_prepares_rank_zeros_plan(ranks: Any) -> None:
 def test_another_rank_with_its_own_plan_or_no_payload_keeps_it(
     state: RequestPreparation, ranks: Any
 ) -> None:
-    ranks(1, 2, sent=[(InitialNoiseKey(99, 1, 2, 2, 1), None, 1)])
+    ranks(1, 2, sent=[(InitialNoiseKey(99, 1, 2, 2, 1), None, 1, False)])
     started(state)
     state.share_plan()
     assert list(state._plans) == [SEED]
@@ -651,7 +661,7 @@ def test_video_conditions_use_the_video_vae(monkeypatch: pytest.MonkeyPatch) -> 
         calls.append((vae_, frames_shape))
         return (3, 4, 6)
 
-    monkeypatch.setattr(request, "_predict_video_shape", predict)
+    monkeypatch.setattr(h3_shapes, "_predict_video_shape", predict)
     media = make_media(videos=[np.zeros((9, 64, 96, 3)), np.zeros((5, 32, 32, 3))])
     shapes = request.predict_condition_shapes(make_pipeline(video_vae=vae), media)
     assert shapes == ((1, 4, 2), (3, 4, 6), (3, 4, 6))

@@ -58,7 +58,9 @@ def test_install_and_every_request_are_in_vllms_log(image_ref: Path) -> None:
     assert len(lines) == 3, stdout
     assert re.fullmatch(
         rf"INFO \S+ \S+ \[plugin\.py:\d+\] prenoise {version}: overlapped noise preparation "
-        rf"installed in MiniMax-H3 \(vllm-omni 0\.30\.\d+; PRENOISE_VLLM_OMNI=1 "
+        rf"installed in MiniMax-H3 \(vllm-omni 0\.30\.\d+, code of 0\.30\.0; on: MiniMax-H3 "
+        r"noise streams, MiniMax-H3 noise prepared ahead, Wan2\.2 T2V latents prepared ahead; "
+        r"PRENOISE_VLLM_OMNI=1 "
         r"PRENOISE_VLLM_OMNI_ON_MISMATCH=serial PRENOISE_VLLM_OMNI_PREPARE_NEXT_OUTPUT=0 "
         r"PRENOISE_VLLM_OMNI_NOISE_STREAM=native; "
         r"pid \d+\)",

@@ -6,19 +6,28 @@ import subprocess
 import sys
 
 import pytest
+from release import RELEASE
 
-from prenoise.integrations.vllm_omni import status
+from prenoise.integrations.vllm_omni import status, support
 
-ACTIVE = "active in every vLLM-Omni process (MiniMax-H3, stream native)"
+WAN_OFF = RELEASE == "0.32.0rc1"  # Wan2.2's forward changed there: its prediction not reviewed
+ACTIVE = "active in every vLLM-Omni process (MiniMax-H3, stream native" + (
+    "; off here: Wan2.2 T2V latents prepared ahead)" if WAN_OFF else ")"
+)
+CODE = f"code of {RELEASE}" + (
+    "; Wan2.2 T2V latents prepared ahead off: Wan22Pipeline.forward is not the reviewed code"
+    if WAN_OFF
+    else ""
+)
 
 
 def test_here_the_plugin_is_registered_supported_and_active() -> None:
     found = status.plugin_status({})
-    assert found.vllm_omni_version is not None and found.vllm_omni_version.startswith("0.30.")
+    assert found.vllm_omni_version == RELEASE and found.supported
     assert found.entry_point == "prenoise.integrations.vllm_omni:register"
     assert found.rows() == [
         ("vLLM-Omni plugin", ACTIVE),
-        ("vllm-omni", f"{found.vllm_omni_version} (supported)"),
+        ("vllm-omni", f"{found.vllm_omni_version} ({CODE})"),
         ("entry point vllm_omni.general_plugins", "prenoise.integrations.vllm_omni:register"),
         ("VLLM_PLUGINS", "(unset)"),
         (
@@ -51,15 +60,29 @@ def test_the_verdict_names_what_keeps_it_inactive(environ: dict[str, str], verdi
     assert status.plugin_status(environ).verdict == verdict
 
 
-def test_unsupported_missing_or_unregistered(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(status, "installed_version", lambda name: "0.31.0")
-    assert status.plugin_status({}).verdict == (
-        "inactive: vllm-omni 0.31.0 is not supported (0.30.x)"
+def test_changed_code_missing_or_unregistered(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The verdict follows the code, not the version: a later version with the reviewed code is
+    active as the release it equals; a changed draw is named."""
+    monkeypatch.setattr(status, "installed_version", lambda name: "0.33.0")
+    assert status.plugin_status({}).verdict == ACTIVE
+    changed = support.Support(
+        {support.H3_STREAMS_PATH: "MiniMaxH3Pipeline._initial_noise (m) changed: digest x"}
     )
-    assert status.plugin_status({}).rows()[1] == ("vllm-omni", "0.31.0 (not supported)")
+    monkeypatch.setattr(support, "current", lambda: changed)
+    found = status.plugin_status({})
+    assert not found.supported
+    assert found.rows()[1] == (
+        "vllm-omni",
+        "0.33.0 (no reviewed release's code; MiniMax-H3 noise streams off: "
+        "MiniMaxH3Pipeline._initial_noise is not the reviewed code)",
+    )
+    assert found.verdict == (
+        "active in every vLLM-Omni process (MiniMax-H3, stream native; off here: MiniMax-H3 "
+        "noise streams)"
+    )
     monkeypatch.setattr(status, "installed_version", lambda name: None)
     assert status.plugin_status({}).verdict == "inactive: vllm-omni is not installed here"
-    monkeypatch.setattr(status, "installed_version", lambda name: "0.30.0")
+    monkeypatch.setattr(status, "installed_version", lambda name: RELEASE)
     monkeypatch.setattr(status, "_entry_point", lambda: None)
     assert status.plugin_status({}).verdict == (
         "inactive: the entry point is not registered (reinstall prenoise)"

@@ -144,6 +144,14 @@ def test_every_request_path_makes_its_generator_through_the_guarded_method() -> 
     assert initialize.count("torch.Generator(") == 1
 
 
+NOT_REVIEWED = {
+    # 0.32.0rc1: LTX-2 text-to-audio (an `LTXRequestMixin` runtime): not reviewed, so not
+    # covered: a named stream refuses its seeded requests (`RUNNER_GUARD`)
+    "vllm_omni.diffusion.models.ltx2.pipeline_ltx2_audio.LTX2TextToAudioPipeline",
+}
+"""Registry classes of a later release that run a hooked entry but are not listed yet."""
+
+
 def test_covered_classes_match_the_registry() -> None:
     """Every listed class exists in vllm-omni 0.30.0's registry and runs its pipeline's hooked
     entry; every registry class that runs a hooked entry is listed (a subclass upstream adds is
@@ -157,7 +165,7 @@ def test_covered_classes_match_the_registry() -> None:
         if any((k.__module__, k.__name__) in entry_owner for k in cls.__mro__)
     }
     listed = {name for name, pipeline in COVERED_CLASSES.items() if pipeline != MINIMAX_H3}
-    assert runs_an_entry == listed
+    assert runs_an_entry - NOT_REVIEWED == listed
     for name in listed:
         pipelines_run = {
             entry_owner[(k.__module__, k.__name__)]

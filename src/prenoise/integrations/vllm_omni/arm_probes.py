@@ -64,6 +64,12 @@ class ArmResult:
     """Draws the pipeline made serially, on the request thread (not taken from prenoise)."""
     serial_streamed: int = 0
     """Of those, the draws prenoise drew in the named noise stream (`streams.run_serial`)."""
+    guided: set[int] = field(default_factory=set)
+    """Output seeds whose condition noise used the `guided` recipe (0.32.0rc1's timeline-guided
+    requests: upstream draws those rows serially)."""
+    upstream_ahead: set[tuple[str, int]] = field(default_factory=set)
+    """`(noise field, seed)` upstream's own code drew ahead on its worker thread (0.32.0rc1's
+    Ref2VA first output), counted in `serial_draws` too (drawn by upstream's code)."""
 
     @property
     def rng_unchanged(self) -> bool:
@@ -106,6 +112,8 @@ class ArmProbes(contextlib.AbstractContextManager["ArmProbes"]):
         self.consumed: list[tuple[str, int]] = []
         self.geometry: dict[str, Any] = {}
         self.seeds: list[int] = []
+        self.upstream_ahead: set[tuple[str, int]] = set()
+        self.guided: set[int] = set()
         self.request_state: Any = None
         self.forward_thread = threading.current_thread().name
         self.plugin_enabled = _plugin_enabled()
@@ -121,6 +129,7 @@ class ArmProbes(contextlib.AbstractContextManager["ArmProbes"]):
         build, initial = cls._build_denoise_inputs, cls._initial_noise
         condition = upstream.minimax_h3_imgvid_cond_noise_aug_rows
         audio_condition = upstream.minimax_h3_audio_cond_noise_aug_rows
+        ahead_condition = getattr(upstream, "minimax_h3_imgvid_cond_noise_rows", None)
         probes = self
 
         def used(name: str, seed: int) -> bool:
@@ -129,6 +138,8 @@ class ArmProbes(contextlib.AbstractContextManager["ArmProbes"]):
             return record is not None and record.used
 
         def build_probe(pipe: Any, **kwargs: Any) -> dict[str, Any]:
+            # (on the request's thread: 0.32.0rc1 may draw every `_initial_noise` on its own)
+            probes.request_state = probes.request_state or current_request()
             inputs = build(pipe, **kwargs)
             seed = int(kwargs["seed"])
             walk = ComparableCopy()
@@ -140,9 +151,10 @@ class ArmProbes(contextlib.AbstractContextManager["ArmProbes"]):
             probes.request_state = probes.request_state or current_request()
             video, audio = initial(pipe, **kwargs)
             seed = int(kwargs["seed"])
-            probes.serial_draws += sum(
-                not used(name, seed) for name in ("initial_video_noise", "initial_audio_noise")
-            )
+            names = ("initial_video_noise", "initial_audio_noise")
+            probes.serial_draws += sum(not used(name, seed) for name in names)
+            if threading.current_thread().name != probes.forward_thread:
+                probes.upstream_ahead.update((name, seed) for name in names if not used(name, seed))
             probes.seeds.append(seed)
             probes.consumed += [("initial_video_noise", seed), ("initial_audio_noise", seed)]
             entry = probes.per_seed.setdefault(seed, {})
@@ -158,17 +170,34 @@ class ArmProbes(contextlib.AbstractContextManager["ArmProbes"]):
         def condition_probe(clean_rows: torch.Tensor, **kwargs: Any) -> torch.Tensor:
             seed = int(kwargs["seed"])
             probes.condition_calls[seed] = {"clean_rows": clean_rows, **kwargs}
+            ahead = kwargs.get("precomputed_noise_rows") is not None  # upstream's own draw
+            if kwargs.get("guided") is True:
+                probes.guided.add(seed)
             if _draws_condition_noise(kwargs.get("noise_aug")):
                 probes.consumed.append(("visual_condition_noise", seed))
-            probes.drawn_on.setdefault(seed, {})["visual_condition_noise"] = (
-                threading.current_thread().name
-            )
+            threads = probes.drawn_on.setdefault(seed, {})
+            if not ahead:
+                threads["visual_condition_noise"] = threading.current_thread().name
             probes.geometry.setdefault(
                 "condition_shapes", [list(map(int, s)) for s in kwargs["condition_shapes"]]
             )
             rows = condition(clean_rows, **kwargs)
-            if _draws_condition_noise(kwargs.get("noise_aug")) and not used(NOISE_FIELDS[2], seed):
+            if (
+                _draws_condition_noise(kwargs.get("noise_aug"))
+                and not ahead
+                and not used(NOISE_FIELDS[2], seed)
+            ):
                 probes.serial_draws += len(kwargs["condition_shapes"])
+            return rows
+
+        def ahead_condition_probe(**kwargs: Any) -> torch.Tensor:
+            assert ahead_condition is not None
+            rows = ahead_condition(**kwargs)
+            seed = int(kwargs["seed"])
+            probes.serial_draws += len(kwargs["condition_shapes"])
+            probes.upstream_ahead.add(("visual_condition_noise", seed))
+            thread = threading.current_thread().name
+            probes.drawn_on.setdefault(seed, {})["visual_condition_noise"] = thread
             return rows
 
         def audio_condition_probe(clean_rows: torch.Tensor, **kwargs: Any) -> torch.Tensor:
@@ -186,6 +215,10 @@ class ArmProbes(contextlib.AbstractContextManager["ArmProbes"]):
         self._stack.enter_context(
             _patched(upstream, "minimax_h3_audio_cond_noise_aug_rows", audio_condition_probe)
         )
+        if ahead_condition is not None:  # 0.32.0rc1: upstream's own draw ahead
+            self._stack.enter_context(
+                _patched(upstream, "minimax_h3_imgvid_cond_noise_rows", ahead_condition_probe)
+            )
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -244,6 +277,8 @@ class ArmProbes(contextlib.AbstractContextManager["ArmProbes"]):
             noise_stream=self.stream,
             serial_draws=self.serial_draws,
             serial_streamed=state.serial_streamed if state is not None else 0,
+            upstream_ahead=set(self.upstream_ahead),
+            guided=set(self.guided),
         )
 
 

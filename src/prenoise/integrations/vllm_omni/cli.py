@@ -8,9 +8,9 @@ import json
 import os
 import subprocess
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from rich.console import Console
 from rich.markup import escape
@@ -25,6 +25,8 @@ if TYPE_CHECKING:
     from prenoise.integrations.vllm_omni.verification import H3Request, VerifyResult
 
 __all__ = ["EXIT_STATUS_HELP", "add_arguments", "run"]
+
+T = TypeVar("T")
 
 EXIT_STATUS_HELP = """\
 exit status:
@@ -91,6 +93,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "plugin's setting; plugin off: upstream's forward drawn whole in that stream); "
         "default: the environment's",
     )
+    parser.add_argument(
+        "--upstream-overlap",
+        action="store_true",
+        help="vllm-omni 0.32.0rc1 on, which draws a Ref2VA first output ahead itself: prove "
+        "upstream's own overlap against its own serial path (its draw ahead disabled), plugin "
+        "off in both, then prenoise on top against that serial path; exit 0 only if both are "
+        "verified (default: plugin off vs on)",
+    )
     parser.add_argument("--json", required=True, help="write the per-field report here")
 
 
@@ -117,7 +127,7 @@ def _run_checked(args: argparse.Namespace, console: Console) -> int:
         resolve_reference_paths,
     )
     from prenoise.integrations.vllm_omni.standins import synthetic_image
-    from prenoise.integrations.vllm_omni.verification import H3Request
+    from prenoise.integrations.vllm_omni.verification import H3Request, verify_request
 
     # Cheapest first, all before the pipeline runs: a refusal costs little and leaves nothing.
     settings = check_settings()
@@ -137,9 +147,11 @@ def _run_checked(args: argparse.Namespace, console: Console) -> int:
             steps=args.steps,
         )
         check_request(request)
+        if getattr(args, "upstream_overlap", False):
+            return _verify_upstream_overlap(request, out, console)
         try:
             with console.status("running MiniMax-H3 with the plugin off, then on…"):
-                result = _verify(request)
+                result = _verify(lambda: verify_request(request))
         except PredictionMismatchError as error:  # the plugin arm raised, as asked: a finding
             console.print(
                 f"[red]NOT VERIFIED:[/] the plugin-on arm raised PredictionMismatchError "
@@ -150,6 +162,29 @@ def _run_checked(args: argparse.Namespace, console: Console) -> int:
         report = result.to_json()
         out.commit(json.dumps(report, indent=2))
     _print_report(console, result, report)
+    console.print(f"wrote {out.path}")
+    return 0 if result.verified else 1
+
+
+def _verify_upstream_overlap(request: H3Request, out: _ReportFile, console: Console) -> int:
+    """`--upstream-overlap`: upstream's serial path vs its overlap, then vs prenoise on top."""
+    from prenoise.integrations.vllm_omni.upstream_overlap import (
+        upstream_draws_ahead,
+        verify_upstream_overlap,
+    )
+
+    if not upstream_draws_ahead():
+        raise UsageError(
+            "--upstream-overlap: this vllm-omni draws nothing ahead itself (0.32.0rc1 on does): "
+            "there is no upstream overlap to verify"
+        )
+    with console.status("running MiniMax-H3: upstream serial, upstream overlapped, prenoise…"):
+        result = _verify(lambda: verify_upstream_overlap(request))
+    out.commit(json.dumps(result.to_json(), indent=2))
+    _print_report(
+        console, result.upstream, result.upstream.to_json(), "upstream: serial vs own overlap"
+    )
+    _print_report(console, result.plugin, result.plugin.to_json(), "upstream serial vs prenoise on")
     console.print(f"wrote {out.path}")
     return 0 if result.verified else 1
 
@@ -177,15 +212,14 @@ def _noise_stream_setting(value: str | None) -> Iterator[None]:
             os.environ[NOISE_STREAM_ENV] = previous
 
 
-def _verify(request: H3Request) -> VerifyResult:
-    """Both arms; what upstream refuses only while preparing the media is bad input too."""
+def _verify(arms: Callable[[], T]) -> T:
+    """Run the arms; what upstream refuses only while preparing the media is bad input too."""
     from vllm_omni.errors import OmniClientError
 
     from prenoise.integrations.vllm_omni.preflight import VerifyInputError
-    from prenoise.integrations.vllm_omni.verification import verify_request
 
     try:
-        return verify_request(request)
+        return arms()
     except OmniClientError as error:  # e.g. several reference videos over 15 s together
         raise VerifyInputError(str(error)) from None
     except subprocess.CalledProcessError as error:  # upstream's ffmpeg on a reference
@@ -247,9 +281,14 @@ class _ReportFile:
         self._made = []
 
 
-def _print_report(console: Console, result: VerifyResult, report: dict[str, object]) -> None:
+def _print_report(
+    console: Console,
+    result: VerifyResult,
+    report: dict[str, object],
+    title: str = "plugin off vs on",
+) -> None:
     """The noise fields and any difference as a table, then the verdict and its reasons."""
-    table = Table(title="MiniMax-H3 (vllm-omni): plugin off vs on")
+    table = Table(title=f"MiniMax-H3 (vllm-omni): {title}")
     for column in ("field", "equal", "shape", "drawn on (plugin on)"):
         table.add_column(column)
     fields = report["fields"]

@@ -19,7 +19,8 @@ class H3Request:
 
     `references` are image, video or audio files, typed by their content
     (`reference_kinds.reference_kind`), never by their names; upstream conditions on images, then
-    videos, then audio, each kind in the order given here.
+    videos, then audio, each kind in the order given here. `task`: `ref2va` (the default),
+    `t2va` (no references) or `fl2va` (one or two keyframe images: the first, or first and last).
     """
 
     references: tuple[Path, ...]
@@ -30,19 +31,32 @@ class H3Request:
     outputs: int = 1
     steps: int = 2
     prompt: str = "a red fox runs through fresh snow"
+    task: str = "ref2va"
+    guides: tuple[tuple[int, Path], ...] = ()
+    """Timeline guides (vllm-omni 0.32.0rc1 on): `(frame_index, image or video file)` each."""
 
     def forward_request(self) -> Any:
         """The `DiffusionRequestBatch`-like object `forward` reads (one prompt)."""
         from vllm_omni.inputs.data import OmniDiffusionSamplingParams
 
         media = multi_modal_data(self.references)
+        if self.guides:
+            media["timeline_guides"] = [
+                {"frame_index": index, reference_kind(path): str(path)}
+                for index, path in self.guides
+            ]
         sampling = OmniDiffusionSamplingParams(
             seed=self.seed,
             num_outputs_per_prompt=self.outputs,
             num_inference_steps=self.steps,
             height=self.height,
             width=self.width,
-            extra_args={"task": "ref2va", "duration": self.duration},
+            extra_args={
+                "task": self.task,
+                "duration": self.duration,
+                # upstream requires it for T2VA (the canvas is the explicit width x height)
+                **({"aspect_ratio": "16:9"} if self.task == "t2va" else {}),
+            },
         )
         prompt = {"prompt": self.prompt, "multi_modal_data": media}
         return SimpleNamespace(prompts=[prompt], sampling_params=sampling)

@@ -40,7 +40,7 @@ from typing import Any
 
 import torch
 
-from prenoise.integrations.vllm_omni import wan_ahead
+from prenoise.integrations.vllm_omni import support, wan_ahead
 from prenoise.integrations.vllm_omni.import_hooks import AfterImport
 from prenoise.integrations.vllm_omni.pipeline_targets import (
     AHEAD,
@@ -323,12 +323,18 @@ def _enter(
         noise_streams.require_usable(settings.noise_stream)
     token = _scope.set(target.pipeline)
     try:
-        if target.kind == AHEAD:
+        if target.kind == AHEAD and _ahead_runs(target):
             draw = _original(target.module, "randn_tensor")
             return wan_ahead.run_forward(upstream, args, kwargs, settings, draw, target.module)
         return upstream(*args, **kwargs)
     finally:
         _scope.reset(token)
+
+
+def _ahead_runs(target: StreamTarget) -> bool:
+    """Whether `target`'s prepared-ahead path is the reviewed code here (`support`); where it is
+    not, upstream's forward draws (in the stream); `plugin.register` said so once."""
+    return support.current().wan_ahead
 
 
 def _draw(

@@ -1,11 +1,13 @@
 """The `vllm_omni.general_plugins` entry point and the patches it installs into MiniMax-H3.
 
 `register()` is what vLLM-Omni's `load_omni_general_plugins()` calls in every engine, stage and
-worker process. It installs prenoise into `MiniMaxH3Pipeline` only when the installed vllm-omni
-is a supported release (the hooked methods are private and change between releases) and
-`PRENOISE_VLLM_OMNI` is not `0`; otherwise it logs once why it did nothing. Installing twice is
-a no-op; `uninstall()` restores upstream's functions (unless another plugin has wrapped
-prenoise's since). Each installed wrapper holds the upstream function it wraps.
+worker process. It installs prenoise into `MiniMaxH3Pipeline` when vllm-omni is installed and
+`PRENOISE_VLLM_OMNI` is not `0`; otherwise it logs once why it did nothing. What runs is decided
+by the installed code, not its version (`support`: the source digests of every function a path
+relies on): a path whose functions are not the reviewed code runs upstream's code untouched and
+is named once in the log. Installing twice is a no-op; `uninstall()` restores upstream's
+functions (unless another plugin has wrapped prenoise's since). Each installed wrapper holds the
+upstream function it wraps.
 
 Six upstream names are wrapped, each delegating to upstream's own code whenever the request is
 not being prepared ahead (the draws among them in `PRENOISE_VLLM_OMNI_NOISE_STREAM`'s noise
@@ -23,7 +25,13 @@ stream, see `streams`; `native`: upstream's code exactly):
   prepared noise when the actual arguments equal the prediction, else draw serially (in the
   stream);
 - `pipeline_minimax_h3.minimax_h3_audio_cond_noise_aug_rows` (imported by name into the pipeline
-  module, so rebound there): never prepared ahead; draws serially in the stream.
+  module, so rebound there): never prepared ahead (upstream's `noise_aug` 1.0 draws nothing);
+  draws serially in the stream;
+- `pipeline_minimax_h3.minimax_h3_imgvid_cond_noise_rows`, where upstream has it (0.32.0rc1: its
+  own Ref2VA first-output draw, made on upstream's worker thread): in the stream, never prepared
+  by prenoise (never twice).
+Where the MiniMax-H3 stream path is not the reviewed code only `forward` is wrapped: it passes a
+request to upstream's, or refuses it in a named stream.
 (see docs/background/vllm-omni-h3.md)
 """
 
@@ -41,21 +49,25 @@ from typing import Any
 import torch
 
 from prenoise.guards.env import EnvVarError, check_environment
+from prenoise.integrations.vllm_omni import support
 from prenoise.integrations.vllm_omni.logs import route_to_vllm_logging
 from prenoise.integrations.vllm_omni.pipelines import install_stream_hooks, uninstall_stream_hooks
 from prenoise.integrations.vllm_omni.request import (
     ConditionKey,
     InitialNoiseKey,
     RequestPreparation,
+    adopted,
     current_request,
-    mix_condition_rows,
+    serve_condition_rows,
 )
+from prenoise.integrations.vllm_omni.reviewed import RELEASES
 from prenoise.integrations.vllm_omni.settings import (
     NOISE_STREAM_ENV,
     PluginSettings,
     SettingsError,
 )
 from prenoise.integrations.vllm_omni.streams import require_stream, run_serial
+from prenoise.noise.streams import NATIVE, NoiseStreamError
 
 __all__ = [
     "SUPPORTED_VERSIONS",
@@ -67,15 +79,22 @@ __all__ = [
 ]
 
 logger = logging.getLogger("prenoise.vllm_omni")
-SUPPORTED_VERSIONS = ("0.30.",)
-"""vllm-omni releases whose MiniMax-H3 internals the patches were written and tested against."""
+SUPPORTED_VERSIONS = RELEASES
+"""The vllm-omni releases whose code was reviewed (`reviewed.RELEASES`). Support is decided by
+the installed code (`support`), not by this list: a later release whose relied-on functions are
+the reviewed code runs as the release it equals."""
 
 _METHODS = ("forward", "_initial_noise", "encode_prompt")
 _FUNCTIONS = (
     "prepare_encoder_inputs",
     "minimax_h3_imgvid_cond_noise_aug_rows",
     "minimax_h3_audio_cond_noise_aug_rows",
+    "minimax_h3_imgvid_cond_noise_rows",
 )
+_OPTIONAL = frozenset({"minimax_h3_imgvid_cond_noise_rows"})
+"""Wrapped where upstream's pipeline module has it (0.32.0rc1)."""
+_GUARD_ONLY = ("forward",)
+"""What is wrapped when the MiniMax-H3 stream path is not the reviewed code."""
 _lock = threading.Lock()
 _originals: dict[str, Callable[..., Any]] = {}  # upstream's own functions, saved by install
 _installed: dict[str, Callable[..., Any]] = {}  # prenoise's wrappers, as install set them
@@ -104,18 +123,27 @@ def register() -> None:
     if not settings.enabled:
         _say_once("disabled", "prenoise: vLLM-Omni plugin disabled by PRENOISE_VLLM_OMNI=0")
         return
-    version = _vllm_omni_version()
-    if version is None or not version.startswith(SUPPORTED_VERSIONS):
-        _say_once(
-            "version",
-            f"prenoise: vllm-omni {version or '(not installed)'} is not supported "
-            f"(supported: {', '.join(v + 'x' for v in SUPPORTED_VERSIONS)}); plugin did nothing",
-        )
+    if _vllm_omni_version() is None:
+        _say_once("version", "prenoise: vllm-omni is not installed; plugin did nothing")
         return
+    for path, problem in support.current().problems.items():
+        _say_once(f"code:{path}", _path_off_line(path, problem))
     install(settings)
     # vLLM-Omni's other pipelines (Wan2.2, LTX-2, HunyuanVideo-1.5, Qwen-Image, Stable Audio):
     # their draws in the named noise stream, Wan2.2 T2V's prepared ahead; independent of H3's.
     install_stream_hooks(settings)
+
+
+def _path_off_line(path: str, problem: str) -> str:
+    """The one line naming why `path` runs upstream's code here."""
+    if path == support.H3_STREAMS_PATH:
+        what = (
+            "MiniMax-H3 runs upstream's code untouched; with a named "
+            f"{NOISE_STREAM_ENV} its requests fail (NoiseStreamError)"
+        )
+    else:
+        what = f"{path}: off, upstream's code runs untouched"
+    return f"prenoise: vllm-omni {_vllm_omni_version()}: {what}: {problem}"
 
 
 def is_installed() -> bool:
@@ -134,7 +162,8 @@ def install(settings: PluginSettings | None = None) -> None:
     with _lock:
         if _originals:
             return
-        targets = _current(upstream)
+        names = _METHODS + _FUNCTIONS if support.current().h3_streams else _GUARD_ONLY
+        targets = _current(upstream, names)
         foreign = [name for name, fn in targets.items() if not _is_upstream(fn)]
         if foreign:
             # Another plugin (e.g. a hardware backend) replaced them: taking noise past its
@@ -150,10 +179,11 @@ def install(settings: PluginSettings | None = None) -> None:
         _installed.update(wrappers)
         _assign(upstream, wrappers)
     logger.info(
-        "prenoise %s: overlapped noise preparation installed in MiniMax-H3 (vllm-omni %s; %s; "
-        "pid %d)",
+        "prenoise %s: overlapped noise preparation installed in MiniMax-H3 (vllm-omni %s, %s; "
+        "%s; pid %d)",
         installed_version("prenoise"),
         _vllm_omni_version(),
+        support.current().describe(),
         _describe(settings),
         os.getpid(),
     )
@@ -161,7 +191,7 @@ def install(settings: PluginSettings | None = None) -> None:
 
 
 def original(name: str) -> Callable[..., Any]:
-    """Upstream's own `name` (one of the six wrapped), whether or not prenoise is installed."""
+    """Upstream's own `name` (one of those wrapped), whether or not prenoise is installed."""
     from vllm_omni.diffusion.models.minimax_h3 import pipeline_minimax_h3 as upstream
 
     with _lock:
@@ -185,7 +215,11 @@ def uninstall() -> None:
     with _lock:
         if not _originals:
             return
-        replaced = [name for name, fn in _current(upstream).items() if fn is not _installed[name]]
+        replaced = [
+            name
+            for name, fn in _current(upstream, tuple(_installed)).items()
+            if fn is not _installed[name]
+        ]
         if replaced:
             _say_once(
                 "uninstall",
@@ -203,9 +237,14 @@ def _owner(upstream: Any, name: str) -> Any:
     return upstream.MiniMaxH3Pipeline if name in _METHODS else upstream
 
 
-def _current(upstream: Any) -> dict[str, Callable[..., Any]]:
-    """The six names as MiniMax-H3 holds them now (a class's own methods, unbound)."""
-    return {name: vars(_owner(upstream, name))[name] for name in _METHODS + _FUNCTIONS}
+def _current(upstream: Any, names: tuple[str, ...]) -> dict[str, Callable[..., Any]]:
+    """`names` as MiniMax-H3 holds them now (a class's own methods, unbound); an optional name
+    upstream does not have is left out."""
+    return {
+        name: vars(_owner(upstream, name))[name]
+        for name in names
+        if name not in _OPTIONAL or name in vars(_owner(upstream, name))
+    }
 
 
 def _assign(upstream: Any, functions: dict[str, Callable[..., Any]]) -> None:
@@ -234,6 +273,15 @@ def _forward(upstream_fn: Callable[..., Any], self: Any, request: Any) -> Any:
     settings = _request_settings()
     if settings is None or not settings.enabled or current_request() is not None:
         return upstream_fn(self, request)
+    code = support.current()
+    if not code.h3_streams:  # only `forward` is wrapped: upstream's code, or refused
+        if settings.noise_stream != NATIVE:
+            raise NoiseStreamError(
+                f"prenoise: {NOISE_STREAM_ENV}={settings.noise_stream}: MiniMax-H3's noise cannot "
+                f"all be drawn in that stream on this vllm-omni "
+                f"({code.problems[support.H3_STREAMS_PATH]}); use the native stream"
+            )
+        return upstream_fn(self, request)
     # A named stream this process refuses fails the request before anything is drawn: never
     # silently native (a refused stream fails every request alike, so this precedes upstream's
     # own validation).
@@ -241,7 +289,7 @@ def _forward(upstream_fn: Callable[..., Any], self: Any, request: Any) -> Any:
     sampling, request_id = _attribute(request, "sampling_params"), _attribute(request, "request_id")
     if sampling is None:  # e.g. a batch of several requests: upstream's own error, unchanged
         return upstream_fn(self, request)  # (its draws still go through the serial wrappers)
-    with RequestPreparation(self, sampling, settings, request_id=request_id):
+    with RequestPreparation(self, sampling, settings, request_id=request_id, code=code):
         return upstream_fn(self, request)
 
 
@@ -297,15 +345,18 @@ def _initial_noise(
         prepared = state.take_initial_noise(key)
         if prepared is not None:
             return prepared
-    return run_serial(
-        upstream_fn,
-        self,
-        seed=seed,
-        latent_t=latent_t,
-        latent_h=latent_h,
-        latent_w=latent_w,
-        audio_t=audio_t,
-    )
+    # On upstream's own worker thread (0.32.0rc1 draws a Ref2VA first output ahead there) the
+    # request's context is not set: `adopted` finds the request and draws in its stream.
+    with adopted(self):
+        return run_serial(
+            upstream_fn,
+            self,
+            seed=seed,
+            latent_t=latent_t,
+            latent_h=latent_h,
+            latent_w=latent_w,
+            audio_t=audio_t,
+        )
 
 
 def _condition_noise_rows(
@@ -319,23 +370,40 @@ def _condition_noise_rows(
         key = _condition_key(clean_rows, **kwargs)
     except TypeError:  # arguments upstream does not take: its own call raises
         key = None
+    seed = _int_or_none(kwargs.get("seed"))
     if key is None:
         # Upstream's own validation (and its noise_aug == 1 early return) decides; a seed that
         # is not a number is its to refuse or ignore too, never prenoise's to raise on.
-        seed = _int_or_none(kwargs.get("seed"))
         if seed is not None:
             state.discard_condition_noise(seed)
+        return serial()
+    if kwargs.get("precomputed_noise_rows") is not None:
+        # upstream drew this output's rows ahead itself (0.32.0rc1): its own mix; prenoise's
+        # part is to prepare the next output now, as this one starts denoising
+        state.upstream_took_condition_noise(key)
         return serial()
     noise = state.take_condition_noise(key)
     if noise is None:
         return serial()
-    return mix_condition_rows(clean_rows, noise, key.condition_shapes, float(kwargs["noise_aug"]))
+    return serve_condition_rows(upstream_fn, clean_rows, noise, key, kwargs)
+
+
+def _condition_noise_rows_ahead(upstream_fn: Callable[..., Any], **kwargs: Any) -> torch.Tensor:
+    # Upstream's own draw ahead (0.32.0rc1, on its worker thread): never prenoise's to prepare;
+    # drawn in the request's stream.
+    with adopted(None):
+        return run_serial(upstream_fn, **kwargs)
 
 
 def _audio_condition_noise_rows(
     upstream_fn: Callable[..., Any], clean_rows: torch.Tensor, **kwargs: Any
 ) -> torch.Tensor:
-    # Upstream's own code always (a small draw, seeded seed + 1): in the stream when named.
+    # Upstream's own code always (at upstream's noise_aug of 1.0 it draws nothing; otherwise a
+    # small draw, seeded seed + 1): in the stream when named.
+    state = current_request()
+    seed = _int_or_none(kwargs.get("seed"))
+    if state is not None and seed is not None:
+        state.upstream_took_condition_noise(None, seed=seed)
     return run_serial(upstream_fn, clean_rows, **kwargs)
 
 
@@ -346,6 +414,7 @@ _IMPLEMENTATIONS: dict[str, Callable[..., Any]] = {
     "prepare_encoder_inputs": _prepare_encoder_inputs,
     "minimax_h3_imgvid_cond_noise_aug_rows": _condition_noise_rows,
     "minimax_h3_audio_cond_noise_aug_rows": _audio_condition_noise_rows,
+    "minimax_h3_imgvid_cond_noise_rows": _condition_noise_rows_ahead,
 }
 
 
@@ -357,8 +426,11 @@ def _condition_key(
     imgvid_cond_num_frames: int,
     seed: int,
     noise_aug: float,
+    precomputed_noise_rows: Any = None,
+    guided: Any = False,
 ) -> ConditionKey | None:
-    """The key of a call prenoise can serve exactly; None for anything upstream must handle."""
+    """The key of a call prenoise can serve exactly; None for anything upstream must handle
+    (`precomputed_noise_rows` and `guided` exist from 0.32.0rc1 on: a key records the recipe)."""
     try:
         shapes = tuple(tuple(int(v) for v in shape) for shape in condition_shapes)
         tau = float(noise_aug)
@@ -367,6 +439,8 @@ def _condition_key(
         return None
     valid = (
         0.0 <= tau < 1.0
+        and isinstance(guided, bool)
+        and not (guided and precomputed_noise_rows is not None)
         and clean_rows.ndim == 2
         and int(clean_rows.shape[1]) == 96
         and clean_rows.dtype == torch.float32
@@ -378,7 +452,7 @@ def _condition_key(
     )
     if not valid:
         return None
-    return ConditionKey(int(seed), int(target_latent_t), shapes)  # type: ignore[arg-type]
+    return ConditionKey(int(seed), int(target_latent_t), shapes, guided)  # type: ignore[arg-type]
 
 
 # -- helpers ------------------------------------------------------------------------------------

@@ -1,11 +1,19 @@
 """One H3 request's noise preparation: eligibility, shape prediction, submission, consumption.
 
-`RequestPreparation` is opened around `MiniMaxH3Pipeline.forward` (see `patches`). When the
+`RequestPreparation` is opened around `MiniMaxH3Pipeline.forward` (see `plugin`). When the
 request's media plan is known (`prepare_encoder_inputs` returned, the text encoder has not run),
 `start` submits the first output's initial video/audio noise and visual-condition noise to a
-request-owned `PreparationExecutor`. `_initial_noise` and the condition-noise function then take
-what was prepared — only when the pipeline's actual arguments equal the prediction — and
-otherwise run upstream's serial code unchanged (or raise, with `on_mismatch=raise`).
+request-owned `PreparationExecutor` (Ref2VA, T2VA and FL2VA requests without continuation).
+`_initial_noise` and the condition-noise function then take what was prepared — only when the
+pipeline's actual arguments equal the prediction — and otherwise run upstream's serial code
+unchanged (or raise, with `on_mismatch=raise`).
+
+Never drawn twice: where upstream draws a Ref2VA request's first output ahead itself
+(`support.Support.upstream_prepares_ref2va`, vllm-omni 0.32.0rc1), prenoise submits nothing of
+it but what upstream still draws serially: a timeline-guided request's condition rows (the
+`guided` recipe: `(rows, 96)` per condition, each from a generator seeded with the output seed).
+The next output (`PRENOISE_VLLM_OMNI_PREPARE_NEXT_OUTPUT=1`) is prepared when upstream's
+condition mix of this one starts, as after a take.
 
 Bitwise guarantee: the prepared tensors are the draws of the Ref2VA contract
 (`prenoise.ref2va.noise`), identical in values, shape, dtype, device and strides to upstream's
@@ -18,24 +26,34 @@ upstream computes on the CPU before its `.to(device)`.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
-import numpy as np
 import torch
 
 from prenoise.guards.cancel import CancelEvent
+from prenoise.integrations.vllm_omni import support
+from prenoise.integrations.vllm_omni.h3_mix import (
+    mix_condition_rows,
+    mix_guided_rows,
+    serve_condition_rows,
+)
+from prenoise.integrations.vllm_omni.h3_shapes import (
+    guided_condition_streams,
+    predict_condition_shapes,
+    predict_guided_shapes,
+)
 from prenoise.integrations.vllm_omni.settings import PluginSettings
 from prenoise.preparation.draws import run_stream
 from prenoise.preparation.executor import PreparationExecutor
-from prenoise.preparation.mixing import mix_conditions
 from prenoise.preparation.prediction import PredictionEvent
 from prenoise.ref2va.noise import LatentShape, condition_streams, initial_noise_streams
 
@@ -44,8 +62,14 @@ __all__ = [
     "DrawRecord",
     "InitialNoiseKey",
     "RequestPreparation",
+    "adopted",
     "current_request",
+    "mix_condition_rows",
+    "mix_guided_rows",
     "observe_draws",
+    "predict_condition_shapes",
+    "predict_guided_shapes",
+    "serve_condition_rows",
 ]
 
 logger = logging.getLogger("prenoise.vllm_omni")
@@ -54,6 +78,9 @@ _current: contextvars.ContextVar[RequestPreparation | None] = contextvars.Contex
 )
 DrawObserver = Callable[[str, int, torch.Tensor], None]
 _observers: list[DrawObserver] = []
+_open: list[RequestPreparation] = []  # every request preparation open in this process
+_open_lock = threading.Lock()
+PREPARED_TASKS = ("ref2va", "t2va", "fl2va")
 
 VIDEO, AUDIO, CONDITION = "initial_video_noise", "initial_audio_noise", "visual_condition_noise"
 
@@ -76,6 +103,8 @@ class ConditionKey:
     seed: int
     target_latent_t: int
     condition_shapes: tuple[LatentShape, ...]
+    guided: bool = False
+    """The `guided` recipe (0.32.0rc1's timeline-guided requests): `(rows, 96)` per condition."""
 
 
 @dataclass(frozen=True)
@@ -113,6 +142,28 @@ def current_request() -> RequestPreparation | None:
     return _current.get()
 
 
+@contextlib.contextmanager
+def adopted(pipeline: Any) -> Iterator[None]:
+    """On a thread outside any request (upstream's own worker, 0.32.0rc1, which a context
+    variable does not reach): run as the request open in this process — the one on `pipeline`
+    (None: the only one open) — so its draws are in its stream and counted. No-op on a request's
+    own thread, and where that request is not unique (the stream is then the environment's,
+    which every request of the process reads too)."""
+    if _current.get() is not None:
+        yield
+        return
+    with _open_lock:
+        found = [r for r in _open if pipeline is None or r.pipeline is pipeline]
+    if len(found) != 1:
+        yield
+        return
+    token = _current.set(found[0])
+    try:
+        yield
+    finally:
+        _current.reset(token)
+
+
 class observe_draws:
     """Call `observer(name, seed, tensor)` for every prepared tensor when it is drawn.
 
@@ -136,15 +187,24 @@ class _Plan:
     initial: InitialNoiseKey
     condition: ConditionKey | None
     names: dict[str, str] = field(default_factory=dict)
+    upstream: bool = False
+    """Upstream draws this output's initial noise ahead itself (and its dependent-recipe
+    condition noise); prenoise submitted only what upstream draws serially."""
 
 
 class RequestPreparation:
     """The request-owned preparation state of one `forward` call (a context manager)."""
 
     def __init__(
-        self, pipeline: Any, sampling: Any, settings: PluginSettings, request_id: Any = None
+        self,
+        pipeline: Any,
+        sampling: Any,
+        settings: PluginSettings,
+        request_id: Any = None,
+        code: support.Support | None = None,
     ) -> None:
         self.pipeline = pipeline
+        self.code = code if code is not None else support.current()
         self.sampling = sampling
         self.settings = settings
         self.request_id = request_id
@@ -169,6 +229,8 @@ class RequestPreparation:
     def __enter__(self) -> RequestPreparation:
         self.executor.__enter__()
         self._token = _current.set(self)
+        with _open_lock:
+            _open.append(self)
         return self
 
     def __exit__(
@@ -179,6 +241,8 @@ class RequestPreparation:
     ) -> None:
         assert self._token is not None
         _current.reset(self._token)
+        with _open_lock:
+            _open.remove(self)
         self._plans.clear()
         try:
             # Cancels pending draws, joins the running one; `exc` propagates unchanged.
@@ -259,9 +323,16 @@ class RequestPreparation:
         initial = InitialNoiseKey(
             seed, int(media.latent_t), media.height // 16, media.width // 16, int(media.audio_t)
         )
-        shapes = predict_condition_shapes(self.pipeline, media)
-        condition = None if shapes is None else ConditionKey(seed, initial.latent_t, shapes)
-        self._submit(initial, condition)
+        guides = tuple(getattr(media, "timeline_guides", None) or ())
+        if guides:
+            shapes = predict_guided_shapes(self.pipeline, media, guides)
+        else:
+            shapes = predict_condition_shapes(self.pipeline, media)
+        condition = ConditionKey(seed, initial.latent_t, shapes, bool(guides)) if shapes else None
+        # never twice: upstream draws this Ref2VA output's initial noise ahead (and, without
+        # guides, its condition noise); prenoise draws what upstream still draws serially
+        upstream = self.code.upstream_prepares_ref2va and media.task == "ref2va"
+        self._submit(initial, condition, upstream=upstream)
         return None
 
     def share_plan(self) -> None:
@@ -283,51 +354,67 @@ class RequestPreparation:
         first = self._plans.get(self._first_seed) if self._first_seed is not None else None
         payload: list[Any] = [None]
         if rank == 0 and first is not None:
-            payload = [(first.initial, first.condition, self._num_outputs)]
+            payload = [(first.initial, first.condition, self._num_outputs, first.upstream)]
         torch.distributed.broadcast_object_list(payload, src=0, group=group)
         if rank != 0 and payload[0] is not None and not self._plans:
-            initial, condition, self._num_outputs = payload[0]
+            initial, condition, self._num_outputs, upstream_first = payload[0]
             self._first_seed = initial.seed
-            self._submit(initial, condition)
+            self._submit(initial, condition, upstream=upstream_first)
 
     def _ineligible(self, prepared: Any) -> str | None:
         from vllm_omni.diffusion.models.minimax_h3 import pipeline_minimax_h3 as upstream
 
+        if not self.code.h3_ahead:
+            problem = self.code.problems[support.H3_AHEAD_PATH]
+            return f"this vllm-omni's {problem.split(' (', 1)[0]} is not the reviewed code"
         task = getattr(prepared.media, "task", None)
-        if task != "ref2va":
-            return f"task {task!r} (only ref2va is prepared ahead)"
+        if task not in PREPARED_TASKS:
+            return f"task {task!r} (prepared ahead: {', '.join(PREPARED_TASKS)})"
         extra = getattr(self.sampling, "extra_args", None) or {}
         if extra.get("continuation_prompts") is not None:
             return "continuation request"
         step_execution = bool(getattr(self.pipeline.od_config, "step_execution", False))
-        if upstream.resolve_continuation(extra, task=task, step_execution=step_execution):
+        if task == "ref2va" and upstream.resolve_continuation(
+            extra, task=task, step_execution=step_execution
+        ):
             return "continuation request"
         if not getattr(self.pipeline, "load_vae_encoder", True):
             return "media conditioning comes from the encoder stage"
         return None
 
-    def _submit(self, initial: InitialNoiseKey, condition: ConditionKey | None) -> None:
-        plan = _Plan(initial, condition)
+    def _submit(
+        self, initial: InitialNoiseKey, condition: ConditionKey | None, *, upstream: bool = False
+    ) -> None:
+        """Submit an output's draws; with `upstream`, only what upstream does not draw ahead
+        itself (a guided request's condition rows)."""
+        plan = _Plan(initial, condition, upstream=upstream)
         seed = torch_seed(initial.seed)
         assert seed is not None  # checked for every output seed when the request was planned
         stream = self.settings.noise_stream  # the worker draws in the request's noise stream
-        video, audio = initial_noise_streams(
-            seed,
-            initial.latent_t,
-            initial.latent_h,
-            initial.latent_w,
-            initial.audio_t,
-            noise_stream=stream,
-        )
         cancel = self.executor.cancel_event  # set when the request fails: draws stop early
-        jobs: list[tuple[str, Callable[[], torch.Tensor], Any]] = [
-            (VIDEO, lambda: run_stream(video, cancel=cancel)[VIDEO], initial),
-            (AUDIO, lambda: run_stream(audio, cancel=cancel)[AUDIO], initial),
-        ]
-        if condition is not None:
-            streams = condition_streams(
-                seed, condition.target_latent_t, condition.condition_shapes, noise_stream=stream
+        jobs: list[tuple[str, Callable[[], torch.Tensor], Any]] = []
+        if not upstream:
+            video, audio = initial_noise_streams(
+                seed,
+                initial.latent_t,
+                initial.latent_h,
+                initial.latent_w,
+                initial.audio_t,
+                noise_stream=stream,
             )
+            jobs += [
+                (VIDEO, lambda: run_stream(video, cancel=cancel)[VIDEO], initial),
+                (AUDIO, lambda: run_stream(audio, cancel=cancel)[AUDIO], initial),
+            ]
+        if condition is not None and (condition.guided or not upstream):
+            if condition.guided:
+                streams = guided_condition_streams(
+                    seed, condition.condition_shapes, noise_stream=stream
+                )
+            else:
+                streams = condition_streams(
+                    seed, condition.target_latent_t, condition.condition_shapes, noise_stream=stream
+                )
             jobs.append((CONDITION, lambda: _concat_streams(streams, cancel), condition))
         for field_name, draw, key in jobs:
             name = f"{field_name}@{initial.seed}"
@@ -375,6 +462,17 @@ class RequestPreparation:
         self._finish_output(plan, confirmed=key if noise is not None else None)
         return noise
 
+    def upstream_took_condition_noise(self, key: ConditionKey | None, seed: int = 0) -> None:
+        """Upstream's condition mix of an output whose noise upstream drew ahead itself started
+        (`key`: the visual call's; None: the audio call's): this output is now denoising, so the
+        next one may be prepared (as after a take; the visual call confirms the shapes)."""
+        plan = self._plans.get(key.seed if key is not None else seed)
+        if plan is None or not plan.upstream or plan.names:
+            return
+        if key is not None and plan.condition is not None and key.guided != plan.condition.guided:
+            return
+        self._finish_output(plan, confirmed=key)
+
     def discard_condition_noise(self, seed: int) -> None:
         """Drop prepared condition noise the pipeline will not use (released now, not at exit)."""
         plan = self._plans.get(seed)
@@ -414,7 +512,9 @@ class RequestPreparation:
         if plan.condition is not None and shapes is None:
             return  # the condition shapes were not confirmed: leave the next output serial
         initial = InitialNoiseKey(next_seed, *_dims(plan.initial))
-        condition = None if shapes is None else ConditionKey(next_seed, initial.latent_t, shapes)
+        condition = None
+        if confirmed is not None and shapes:
+            condition = ConditionKey(next_seed, initial.latent_t, shapes, confirmed.guided)
         self._submit(initial, condition)
 
 
@@ -467,69 +567,3 @@ def _num_outputs(sampling: Any) -> int:
         return int(upstream._resolve_minimax_h3_num_outputs(sampling.num_outputs_per_prompt))
     except Exception:
         return 1  # upstream rejects the request later with its own error
-
-
-# -- shape prediction ---------------------------------------------------------------------------
-
-
-def predict_condition_shapes(pipeline: Any, media: Any) -> tuple[LatentShape, ...] | None:
-    """The `(t, h, w)` of every visual condition, in encoding order, before encoding.
-
-    Images: `(1, H // 16, W // 16)` of the prepared image, exactly what `encode_media` reports.
-    Videos: the pipeline's own video-VAE code decides the frame count it encodes
-    (`MiniMaxH3VideoVAE._stream_prepare_video_tensor`, run on a 1x1-pixel meta stand-in of the
-    frames) and the checkpoint processor's `get_latent_length` and `_align_to_total_patch_size`
-    give the latent shape. None when the checkpoint does not expose those methods.
-    """
-    shapes: list[LatentShape] = [
-        (1, int(image.shape[0]) // 16, int(image.shape[1]) // 16) for image in media.images
-    ]
-    for video in media.videos:
-        shape = _predict_video_shape(pipeline.video_vae, tuple(int(d) for d in video.shape))
-        if shape is None:
-            logger.info("prenoise: the video VAE does not expose its alignment methods")
-            return None
-        shapes.append(shape)
-    return tuple(shapes)
-
-
-def _predict_video_shape(vae: Any, frames_shape: tuple[int, ...]) -> LatentShape | None:
-    from vllm_omni.diffusion.models.minimax_h3 import vae as upstream_vae
-
-    model = getattr(vae, "model", None)
-    processor = getattr(model, "processor", None)
-    latent_length = getattr(processor, "get_latent_length", None)
-    align = getattr(processor, "_align_to_total_patch_size", None)
-    ratio = getattr(model, "vae_ratio", None)
-    if not (callable(latent_length) and callable(align) and isinstance(ratio, int)):
-        return None
-    if len(frames_shape) != 4:
-        return None
-    num_frames, height, width, _ = frames_shape
-    encoded_frames = num_frames
-    if not upstream_vae._legacy_encode_prep_enabled():
-        stand_in = np.zeros((num_frames, 1, 1, 3), dtype=np.uint8)
-        staged = vae._stream_prepare_video_tensor(stand_in, torch.device("meta"))
-        if staged is not None:
-            encoded_frames = int(staged.shape[1])
-    aligned_h, aligned_w = align(height, width)
-    return int(latent_length(encoded_frames)), int(aligned_h) // ratio, int(aligned_w) // ratio
-
-
-# -- the exact mix --------------------------------------------------------------------------------
-
-
-def mix_condition_rows(
-    clean_rows: torch.Tensor,
-    noise_rows: torch.Tensor,
-    condition_shapes: Sequence[LatentShape],
-    noise_aug: float,
-) -> torch.Tensor:
-    """Upstream's anchor rows: per condition `tau·clean + (1 − tau)·noise`, concatenated.
-
-    Runs on `clean_rows`' device with CPU float32 coefficients (`prenoise.mix_conditions`);
-    the result is contiguous float32 on that device, as upstream's `.to(device).contiguous()`.
-    """
-    rows = [t * (h // 2) * (w // 2) for t, h, w in condition_shapes]
-    blocks = list(torch.split(clean_rows, rows))
-    return mix_conditions(blocks, noise_rows, [noise_aug] * len(blocks))

@@ -285,8 +285,9 @@ class _Transformer(torch.nn.Module):
 # -- the pipeline -------------------------------------------------------------------------------
 
 
-def build_pipeline(hooks: StandInHooks | None = None) -> Any:
-    """A weightless upstream `MiniMaxH3Pipeline` wired to the stand-ins, on the CPU."""
+def build_pipeline(hooks: StandInHooks | None = None, task: str = "ref2va") -> Any:
+    """A weightless upstream `MiniMaxH3Pipeline` wired to the stand-ins, on the CPU, serving
+    `task` (its checkpoint partition: `ref2va`, or `t2va` for T2VA and FL2VA)."""
     from vllm_omni.diffusion.models.minimax_h3 import pipeline_minimax_h3 as upstream
 
     hooks = hooks or StandInHooks()
@@ -294,8 +295,8 @@ def build_pipeline(hooks: StandInHooks | None = None) -> Any:
     torch.nn.Module.__init__(pipe)
     pipe.device = torch.device("cpu")
     pipe.od_config = SimpleNamespace(step_execution=False, cache_backend="none")
-    pipe.partition = "ref2va"
-    pipe.supported_tasks = frozenset({"ref2va"})
+    pipe.partition = "ref2va" if task == "ref2va" else "t2va"
+    pipe.supported_tasks = frozenset({"ref2va"} if task == "ref2va" else {"t2va", "fl2va"})
     pipe.load_text_encoder = True
     pipe.load_vae_encoder = True
     pipe.text_encoder_tp_size = 1

@@ -1,7 +1,8 @@
 """What `prenoise doctor` says about the vLLM-Omni plugin, read without importing vLLM-Omni.
 
-Package metadata and the environment only (vLLM-Omni itself is never imported): `prenoise doctor`
-stays fast and runs where vLLM-Omni is missing or broken.
+Package metadata, the environment and vLLM-Omni's source files (`support`: the digests of the
+functions each path relies on; vLLM-Omni itself is never imported): `prenoise doctor` stays fast
+and runs where vLLM-Omni is missing or broken.
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from prenoise.integrations.vllm_omni.plugin import SUPPORTED_VERSIONS, installed_version
+from prenoise.integrations.vllm_omni import support
+from prenoise.integrations.vllm_omni.plugin import installed_version
 from prenoise.integrations.vllm_omni.settings import PluginSettings, SettingsError
 
 __all__ = ["ENTRY_POINT_GROUP", "ENTRY_POINT_NAME", "PluginStatus", "plugin_status"]
@@ -34,6 +36,8 @@ class PluginStatus:
     """The settings the next process reads; None when a value is invalid (`settings_error`)."""
     settings_error: str | None = None
     """Why the settings are invalid (the plugin then installs nothing); None when valid."""
+    code: support.Support | None = None
+    """The paths the installed vLLM-Omni code runs (None: vllm-omni is not installed)."""
 
     @property
     def settings_text(self) -> str:
@@ -44,9 +48,9 @@ class PluginStatus:
 
     @property
     def supported(self) -> bool:
-        return self.vllm_omni_version is not None and self.vllm_omni_version.startswith(
-            SUPPORTED_VERSIONS
-        )
+        """vllm-omni is installed and MiniMax-H3's draws are the reviewed code (its streams and
+        its noise prepared ahead can run; other paths may still be off: `code.problems`)."""
+        return self.code is not None and self.code.h3_streams
 
     @property
     def allowed(self) -> bool:
@@ -59,9 +63,6 @@ class PluginStatus:
         """One line: whether vLLM-Omni processes will install the plugin, and if not why."""
         if self.vllm_omni_version is None:
             return "inactive: vllm-omni is not installed here"
-        if not self.supported:
-            supported = ", ".join(v + "x" for v in SUPPORTED_VERSIONS)
-            return f"inactive: vllm-omni {self.vllm_omni_version} is not supported ({supported})"
         if self.entry_point is None:
             return "inactive: the entry point is not registered (reinstall prenoise)"
         if not self.allowed:
@@ -71,19 +72,29 @@ class PluginStatus:
         if not self.settings.enabled:
             return "inactive: disabled by PRENOISE_VLLM_OMNI=0"
         stream = self.settings.noise_stream
-        return f"active in every vLLM-Omni process (MiniMax-H3, stream {stream})"
+        off = sorted(self.code.problems) if self.code is not None else []
+        also = f"; off here: {', '.join(off)}" if off else ""
+        return f"active in every vLLM-Omni process (MiniMax-H3, stream {stream}{also})"
 
     def rows(self) -> list[tuple[str, str]]:
         """`prenoise doctor`'s rows."""
         version = self.vllm_omni_version or "not installed"
-        support = "supported" if self.supported else "not supported"
         return [
             ("vLLM-Omni plugin", self.verdict),
-            ("vllm-omni", version if self.vllm_omni_version is None else f"{version} ({support})"),
+            ("vllm-omni", version if self.code is None else f"{version} ({self._code_text()})"),
             (f"entry point {ENTRY_POINT_GROUP}", self.entry_point or "not registered"),
             ("VLLM_PLUGINS", self.allow_list if self.allow_list is not None else "(unset)"),
             ("plugin settings", self.settings_text),
         ]
+
+    def _code_text(self) -> str:
+        """The code the installed vllm-omni has, and each path it turns off (by function)."""
+        assert self.code is not None
+        code = self.code
+        text = f"code of {code.release}" if code.release else "no reviewed release's code"
+        for path, problem in sorted(code.problems.items()):
+            text += f"; {path} off: {problem.split(' (', 1)[0]} is not the reviewed code"
+        return text
 
 
 def plugin_status(environ: Mapping[str, str] | None = None) -> PluginStatus:
@@ -95,12 +106,14 @@ def plugin_status(environ: Mapping[str, str] | None = None) -> PluginStatus:
         settings = PluginSettings.from_env(env)
     except SettingsError as invalid:
         error = str(invalid)
+    version = installed_version("vllm-omni")
     return PluginStatus(
-        vllm_omni_version=installed_version("vllm-omni"),
+        vllm_omni_version=version,
         entry_point=_entry_point(),
         allow_list=env.get("VLLM_PLUGINS"),
         settings=settings,
         settings_error=error,
+        code=support.current() if version is not None else None,
     )
 
 

@@ -38,6 +38,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import subprocess
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -97,7 +98,7 @@ def run_forward(request: H3Request, *, plugin_on: bool, hooks: StandInHooks | No
     was_installed = plugin.is_installed()
     _install_state(plugin_on)
     try:
-        return build_pipeline(hooks).forward(request.forward_request())
+        return build_pipeline(hooks, request.task).forward(request.forward_request())
     finally:
         (plugin.install if was_installed else plugin.uninstall)()
 
@@ -111,9 +112,9 @@ def run_arm(request: H3Request, *, plugin_on: bool, hooks: StandInHooks | None =
     was_installed = plugin.is_installed()
     _install_state(plugin_on)
     try:
-        pipe = build_pipeline(hooks)
+        pipe = build_pipeline(hooks, request.task)
         forward_request = request.forward_request()
-        whole = contextlib.nullcontext() if plugin_on else draws_in_stream(stream)
+        whole = contextlib.nullcontext() if plugin_on else _whole_forward_in_stream(stream)
         with ArmProbes(stream) as probes, observe_draws(probes.on_prepared):
             rng_before = snapshot_global_rng()
             with whole:
@@ -122,6 +123,44 @@ def run_arm(request: H3Request, *, plugin_on: bool, hooks: StandInHooks | None =
         return probes.result(output, rng_before, rng_after)
     finally:
         (plugin.install if was_installed else plugin.uninstall)()
+
+
+@contextlib.contextmanager
+def _whole_forward_in_stream(stream: str) -> Iterator[None]:
+    """Every CPU-generator normal draw of upstream's `forward` in `stream`, on its thread and on
+    the worker threads the pipeline module starts (0.32.0rc1 draws a Ref2VA first output on a
+    `ThreadPoolExecutor` of its own; a torch function mode is per thread): independent of which
+    functions prenoise wraps. `native`: nothing entered."""
+    if stream == NATIVE:
+        yield
+        return
+    from vllm_omni.diffusion.models.minimax_h3 import pipeline_minimax_h3 as upstream
+
+    executor = getattr(upstream, "ThreadPoolExecutor", None)
+    with contextlib.ExitStack() as stack:
+        if executor is not None:
+
+            class InStream(executor):  # type: ignore[misc, valid-type]
+                def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+                    def drawn_in_stream() -> Any:
+                        with draws_in_stream(stream):
+                            return fn(*args, **kwargs)
+
+                    return super().submit(drawn_in_stream)
+
+            stack.enter_context(_module_global(upstream, "ThreadPoolExecutor", InStream))
+        stack.enter_context(draws_in_stream(stream))
+        yield
+
+
+@contextlib.contextmanager
+def _module_global(module: Any, name: str, value: Any) -> Iterator[None]:
+    previous = getattr(module, name)
+    setattr(module, name, value)
+    try:
+        yield
+    finally:
+        setattr(module, name, previous)
 
 
 @dataclass
@@ -136,11 +175,16 @@ class VerifyResult:
     report: ComparisonReport
     off: ArmResult
     on: ArmResult
+    upstream_overlap: bool = False
+    """The arms are upstream's own serial path (`off`) and its own overlap (`on`), plugin off in
+    both (`upstream_overlap.verify_upstream_overlap`): `prepared` then means upstream drew the
+    first output ahead in `on` and nothing ahead in `off`."""
 
     @classmethod
-    def of(cls, off: ArmResult, on: ArmResult) -> VerifyResult:
-        """Compare two arms' fields (plugin off first)."""
-        return cls(compare(nest_dotted(off.fields), nest_dotted(on.fields)), off, on)
+    def of(cls, off: ArmResult, on: ArmResult, *, upstream_overlap: bool = False) -> VerifyResult:
+        """Compare two arms' fields (the serial reference first)."""
+        report = compare(nest_dotted(off.fields), nest_dotted(on.fields))
+        return cls(report, off, on, upstream_overlap)
 
     @property
     def rng_state_unchanged(self) -> bool:
@@ -164,7 +208,9 @@ class VerifyResult:
 
     @property
     def not_prepared_reasons(self) -> list[str]:
-        """Why the plugin-on arm did not run the overlapped path; empty if it did."""
+        """Why the overlapped arm did not run the overlapped path; empty if it did."""
+        if self.upstream_overlap:
+            return _upstream_not_ahead(self.off, self.on)
         return _not_prepared_reasons(self.on)
 
     @property
@@ -183,10 +229,11 @@ class VerifyResult:
             more = f" (+{len(self.uncompared) - 3} more)" if len(self.uncompared) > 3 else ""
             parts.append(f"NOT COMPARED: {'; '.join(self.uncompared[:3])}{more}")
         reasons = self.not_prepared_reasons
+        arm = "upstream's overlapped arm" if self.upstream_overlap else "plugin arm"
         if reasons:
-            parts.append(f"PLUGIN ARM NOT PREPARED AHEAD: {'; '.join(reasons)}")
+            parts.append(f"{arm.upper()} NOT PREPARED AHEAD: {'; '.join(reasons)}")
         else:
-            parts.append(f"plugin arm prepared ahead: {_prepared_count(self.on)}")
+            parts.append(f"{arm} prepared ahead: {_prepared_count(self.on)}")
         verdict = "verified" if self.verified else "NOT VERIFIED"
         return f"{verdict}: {'; '.join(parts)}"
 
@@ -302,6 +349,8 @@ def _not_prepared_reasons(arm: ArmResult) -> list[str]:
             continue
         label = field_prefix(seeds.index(seed)) + name
         record = records.get(f"{name}@{seed}")
+        if record is None and (name, seed) in arm.upstream_ahead:
+            continue  # drawn ahead by upstream's own code, on its worker (0.32.0rc1)
         if record is None:
             reasons.append(f"{label}: not drawn ahead (upstream's serial code drew it)")
         elif not record.used:
@@ -314,7 +363,34 @@ def _not_prepared_reasons(arm: ArmResult) -> list[str]:
     return reasons
 
 
+def _upstream_not_ahead(serial: ArmResult, overlapped: ArmResult) -> list[str]:
+    """Upstream's own overlap: the first output's noise drawn ahead on upstream's worker in the
+    overlapped arm (a timeline-guided request's condition rows excepted: upstream draws them
+    serially), nothing ahead in the serial arm, and prenoise in neither."""
+    reasons = []
+    if serial.upstream_ahead:
+        reasons.append(f"the serial arm drew ahead: {sorted(serial.upstream_ahead)}")
+    for arm, name in ((serial, "serial"), (overlapped, "overlapped")):
+        if arm.preparation_opened or arm.records:
+            reasons.append(f"prenoise ran in the {name} arm")
+    seeds = overlapped.output_seeds
+    if not seeds:
+        return [*reasons, "the pipeline drew no noise"]
+    for name, seed in overlapped.consumed:
+        # (a timeline-guided request's condition rows upstream draws serially by design)
+        guided = name == "visual_condition_noise" and seed in overlapped.guided
+        ahead = (name, seed) in overlapped.upstream_ahead or guided
+        if seed == seeds[0] and not ahead:
+            reasons.append(f"{name}: drawn serially by upstream (not ahead)")
+    return reasons
+
+
 def _prepared_count(arm: ArmResult) -> str:
     taken = [r for r in arm.records if r.used]
     threads = sorted({r.thread for r in taken})
-    return f"{len(taken)} noise tensors drawn on {', '.join(threads)} and used by the pipeline"
+    line = f"{len(taken)} noise tensors drawn on {', '.join(threads)} and used by the pipeline"
+    if not taken:
+        line = "no noise tensor drawn by prenoise"
+    if arm.upstream_ahead:
+        line += f", {len(arm.upstream_ahead)} drawn ahead by upstream's own code"
+    return line

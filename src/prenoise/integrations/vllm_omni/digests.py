@@ -1,0 +1,206 @@
+"""Whether the installed vLLM-Omni code is the code the plugin was reviewed on: source digests.
+
+What the plugin does inside vLLM-Omni is decided by a few upstream functions: those it wraps and
+those whose behaviour it relies on (`reviewed.PATHS` lists them per *path*: MiniMax-H3's named
+noise streams, MiniMax-H3's noise prepared ahead, Wan2.2 T2V's latents prepared ahead). Each was
+read on every release of `reviewed.RELEASES` and its *digest* recorded: sha256 (12 hex digits) of
+the function's `ast.unparse` with its docstring and return annotation dropped, so formatting,
+comments and docs do not count, any code change does (the same digest as the diffusers
+integration's). `ABSENT` records that a release does not define the function at all.
+
+Once per process (at `register()`, or the first question) the installed digests are computed from
+the modules' source files, found under the `vllm_omni` package folder without importing
+anything. A path is used only where every function it relies on has a reviewed digest, whatever
+`vllm_omni.__version__` says: a later release whose relevant code is the reviewed code is served
+as the release it equals; a path with a changed, new or missing function runs upstream's code
+untouched and the reason, naming the function, is logged once (`plugin.register`).
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import hashlib
+import importlib.util
+import threading
+import tokenize
+from collections.abc import Iterable
+from pathlib import Path
+
+from prenoise.integrations.vllm_omni.reviewed import (
+    ABSENT,
+    PATHS,
+    RELEASES,
+    REVIEWED,
+    SEEN_NOT_REVIEWED,
+)
+
+__all__ = [
+    "ABSENT",
+    "RELEASES",
+    "CodeUnavailable",
+    "code_digest",
+    "installed_digest",
+    "path_problem",
+    "reset",
+]
+
+_lock = threading.Lock()
+_trees: dict[str, ast.Module | None] = {}
+_digests: dict[str, str] = {}
+_problems: dict[str, str | None] = {}
+
+
+class CodeUnavailable(LookupError):
+    """The source of a relied-on function cannot be read (package, module or definition)."""
+
+
+def reset() -> None:
+    """Forget every computed digest and verdict (tests that swap vLLM-Omni's files)."""
+    with _lock:
+        _trees.clear()
+        _digests.clear()
+        _problems.clear()
+
+
+def _definition(tree: ast.Module, qualname: str) -> ast.FunctionDef | ast.ClassDef:
+    node: ast.AST = tree
+    for part in qualname.split("."):
+        found = next(
+            (
+                n
+                for n in getattr(node, "body", ())
+                if isinstance(n, ast.ClassDef | ast.FunctionDef) and n.name == part
+            ),
+            None,
+        )
+        if found is None:
+            raise CodeUnavailable(f"{qualname} is not defined there")
+        node = found
+    assert isinstance(node, ast.FunctionDef | ast.ClassDef)
+    return node
+
+
+def _normalized(node: ast.FunctionDef | ast.ClassDef) -> str:
+    """`ast.unparse` of `node` without its docstring and (a function's) return annotation; the
+    parsed tree is not changed (a shallow copy takes the new body)."""
+    stripped = copy.copy(node)
+    first = node.body[0] if node.body else None
+    if (
+        isinstance(first, ast.Expr)
+        and isinstance(first.value, ast.Constant)
+        and isinstance(first.value.value, str)
+    ):
+        stripped.body = node.body[1:]
+    if isinstance(stripped, ast.FunctionDef):
+        stripped.returns = None
+    return ast.unparse(stripped)
+
+
+def code_digest(source: str, qualname: str) -> str:
+    """The digest of the function `qualname` (dotted through classes) defined in `source`."""
+    node = _definition(ast.parse(source), qualname)
+    return hashlib.sha256(_normalized(node).encode()).hexdigest()[:12]
+
+
+def _source_file(module: str) -> Path:
+    """`module`'s source file under its top package's folder; nothing is imported (the top
+    package's spec is looked up, never executed)."""
+    top, *rest = module.split(".")
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError) as error:
+        raise CodeUnavailable(f"{top} cannot be found: {error}") from None
+    locations = list(spec.submodule_search_locations or ()) if spec is not None else []
+    if not locations:
+        raise CodeUnavailable(f"{top} is not installed")
+    for location in locations:
+        base = Path(location).joinpath(*rest)
+        for path in (base.with_suffix(".py"), base / "__init__.py"):
+            if path.is_file():
+                return path
+    raise CodeUnavailable(f"module {module} is not installed")
+
+
+def _tree(module: str) -> ast.Module:
+    if module not in _trees:
+        path = _source_file(module)
+        try:
+            with tokenize.open(path) as file:
+                source = file.read()
+        except OSError as error:
+            raise CodeUnavailable(f"the source of {module} cannot be read: {error}") from None
+        _trees[module] = ast.parse(source, str(path))
+    tree = _trees[module]
+    assert tree is not None
+    return tree
+
+
+def installed_digest(key: str) -> str:
+    """The digest of the installed `module:qualname`; `ABSENT` where its module exists but does
+    not define it. `CodeUnavailable` when the module itself cannot be read."""
+    with _lock:
+        digest = _digests.get(key)
+        if digest is None:
+            module, _, qualname = key.partition(":")
+            tree = _tree(module)
+            try:
+                digest = hashlib.sha256(
+                    _normalized(_definition(tree, qualname)).encode()
+                ).hexdigest()[:12]
+            except CodeUnavailable:
+                digest = ABSENT
+            _digests[key] = digest
+    return digest
+
+
+def _describe(key: str, problem: str) -> str:
+    module, _, qualname = key.partition(":")
+    return f"{qualname} ({module}) {problem}"
+
+
+def key_problem(key: str) -> str | None:
+    """None when the installed `key` has a reviewed digest (or is reviewed as absent); else why."""
+    reviewed = REVIEWED.get(key, {})
+    try:
+        digest = installed_digest(key)
+    except CodeUnavailable as error:
+        return _describe(key, f"cannot be read: {error}")
+    if digest in reviewed:
+        return None
+    seen = ", ".join(f"{d} ({'/'.join(r)})" for d, r in reviewed.items())
+    what = "is missing" if digest == ABSENT else f"changed: digest {digest}"
+    return _describe(key, f"{what}; reviewed {seen}")
+
+
+def path_problem(path: str, keys: Iterable[str] | None = None) -> str | None:
+    """Why `path` (a key of `reviewed.PATHS`) may not run here, naming the first function whose
+    installed code is not a reviewed one; None when every one is. Cached per process."""
+    with _lock:
+        if keys is None and path in _problems:
+            return _problems[path]
+    problem = next(
+        (p for p in (key_problem(k) for k in (PATHS[path] if keys is None else keys)) if p),
+        None,
+    )
+    if keys is None:
+        with _lock:
+            _problems[path] = problem
+    return problem
+
+
+def installed_release() -> str | None:
+    """The reviewed release whose code is installed for every recorded key (reviewed or seen,
+    `reviewed.SEEN_NOT_REVIEWED`), or None (a mix, or code no release had): for log lines,
+    never for decisions."""
+    candidates = set(RELEASES)
+    for key in {*REVIEWED, *SEEN_NOT_REVIEWED}:
+        try:
+            digest = installed_digest(key)
+        except CodeUnavailable:
+            return None
+        known = {**REVIEWED.get(key, {}), **SEEN_NOT_REVIEWED.get(key, {})}
+        candidates &= set(known.get(digest, ()))
+        if not candidates:
+            return None
+    return next(r for r in RELEASES if r in candidates)

@@ -1,0 +1,329 @@
+"""Support decided by the code: the reviewed digests per release, and scratch copies of vLLM-Omni.
+
+Run in every vLLM-Omni venv (`make pytest-vllm-omni`, `-031`, `-032`): the installed release's
+digests are the reviewed ones, its paths run as reviewed, and three scratch copies of the
+installed `vllm_omni` package (symlinks, one file replaced) named `0.33.0.dev0` show the gate at
+work in a fresh interpreter each: the unchanged code runs as the release it equals; an edited
+`MiniMaxH3Pipeline.encode_prompt` (a wrapped function the prepared-ahead path relies on) turns
+that path off alone, named once, with every output bitwise plugin-off's; an edited
+`_initial_noise` (a draw) leaves MiniMax-H3 to upstream: native runs it untouched, a named
+stream refuses its requests.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+from release import CODE, RELEASE
+
+from prenoise.integrations.vllm_omni import digests, support
+from prenoise.integrations.vllm_omni.reviewed import (
+    ABSENT,
+    H3_AHEAD_PATH,
+    H3_STREAMS_PATH,
+    PATHS,
+    RELEASES,
+    REVIEWED,
+    SEEN_NOT_REVIEWED,
+    WAN_AHEAD_PATH,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+PIPELINE = "vllm_omni.diffusion.models.minimax_h3.pipeline_minimax_h3"
+SCRATCH_VERSION = "0.33.0.dev0"
+
+
+def test_the_installed_release_is_a_reviewed_one_and_its_own_digests_are_recorded() -> None:
+    version = importlib.metadata.version("vllm-omni")
+    assert version in RELEASES
+    assert version == RELEASE  # every recorded digest of this release is the installed code
+    for key, reviewed in REVIEWED.items():
+        seen = {**reviewed, **SEEN_NOT_REVIEWED.get(key, {})}
+        mine = [digest for digest, releases in seen.items() if version in releases]
+        assert mine == [digests.installed_digest(key)], key
+
+
+def test_every_key_is_recorded_for_every_release() -> None:
+    for key, reviewed in REVIEWED.items():
+        seen = {**reviewed, **SEEN_NOT_REVIEWED.get(key, {})}
+        releases = [r for rs in seen.values() for r in rs]
+        assert sorted(releases) == sorted(RELEASES), key
+    assert {k for keys in PATHS.values() for k in keys} == set(REVIEWED)
+
+
+def test_the_paths_run_as_reviewed_on_this_release() -> None:
+    assert CODE.h3_streams and CODE.h3_ahead
+    assert CODE.upstream_prepares_ref2va is (RELEASE == "0.32.0rc1")
+    if RELEASE == "0.32.0rc1":  # Wan2.2's forward changed (staged execution): not reviewed
+        assert set(CODE.problems) == {WAN_AHEAD_PATH}
+        assert CODE.problems[WAN_AHEAD_PATH].startswith("Wan22Pipeline.forward (")
+    else:
+        assert CODE.problems == {}
+
+
+def test_a_changed_digest_names_the_function(monkeypatch: pytest.MonkeyPatch) -> None:
+    key = f"{PIPELINE}:MiniMaxH3Pipeline.diffuse"
+    monkeypatch.setitem(digests._digests, key, "0123456789ab")
+    monkeypatch.setattr(digests, "_problems", {})
+    problem = digests.path_problem(H3_STREAMS_PATH)
+    assert problem is not None
+    assert problem.startswith(
+        f"MiniMaxH3Pipeline.diffuse ({PIPELINE}) changed: digest 0123456789ab; reviewed "
+    )
+    monkeypatch.setitem(digests._digests, key, ABSENT)
+    missing = digests.path_problem(H3_AHEAD_PATH, PATHS[H3_AHEAD_PATH])
+    assert missing is not None and missing.startswith(
+        f"MiniMaxH3Pipeline.diffuse ({PIPELINE}) is missing; reviewed "
+    )
+
+
+def test_digests_read_no_module(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The digests come from the source files: a process that never imported vLLM-Omni gets
+    them without importing it (`prenoise doctor` relies on this)."""
+    script = (
+        "import sys; from prenoise.integrations.vllm_omni import support; "
+        "s = support.current(); "
+        "print(s.release, sorted(m for m in sys.modules if m.startswith(('vllm', 'torch'))))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True
+    ).stdout.split(" ", 1)
+    assert out[0] == RELEASE
+    assert "vllm_omni" not in out[1] and "'vllm'" not in out[1]
+
+
+# -- scratch copies -------------------------------------------------------------------------------
+
+
+def _scratch(tmp: Path, edit: tuple[str, str, str] | None) -> Path:
+    """A copy of the installed `vllm_omni` (files symlinked) with one file's code edited
+    (`(module, old, new)`: `old` replaced once) and a `vllm_omni` dist-info of SCRATCH_VERSION."""
+    import vllm_omni
+
+    source = Path(vllm_omni.__file__).parent
+    target = tmp / "vllm_omni"
+    for folder, _, files in os.walk(source):
+        here = target / Path(folder).relative_to(source)
+        here.mkdir(parents=True, exist_ok=True)
+        for name in files:
+            if not name.endswith(".pyc"):
+                (here / name).symlink_to(Path(folder) / name)
+    if edit is not None:
+        module, old, new = edit
+        path = target.joinpath(*module.split(".")[1:]).with_suffix(".py")
+        text = path.read_text()
+        assert text.count(old) == 1, (module, old)
+        path.unlink()
+        path.write_text(text.replace(old, new))
+    info = tmp / f"vllm_omni-{SCRATCH_VERSION}.dist-info"
+    info.mkdir()
+    metadata = f"Metadata-Version: 2.1\nName: vllm-omni\nVersion: {SCRATCH_VERSION}\n"
+    (info / "METADATA").write_text(metadata)
+    return tmp
+
+
+_RUN = textwrap.dedent(
+    """
+    import json, logging, os, sys
+    from pathlib import Path
+    import vllm_omni
+    from prenoise.integrations.vllm_omni import plugin, support
+    from prenoise.integrations.vllm_omni.standins import synthetic_image
+    from prenoise.integrations.vllm_omni.verification import H3Request, verify_request
+    from prenoise.noise.streams import NoiseStreamError
+
+    lines = []
+    class Lines(logging.Handler):
+        def emit(self, record):
+            lines.append(f"{record.levelname} {record.getMessage()}")
+    logger = logging.getLogger("prenoise.vllm_omni")
+    logger.addHandler(Lines()); logger.setLevel(logging.INFO); logger.propagate = False
+    image = synthetic_image(Path(sys.argv[1]) / "image.png")
+    plugin.register()
+    code = support.current()
+    out = {"file": vllm_omni.__file__, "release": code.release, "problems": code.problems,
+           "installed": plugin.is_installed(), "requests": []}
+    for stream in sys.argv[2:]:
+        os.environ["PRENOISE_VLLM_OMNI_NOISE_STREAM"] = stream  # read per request
+        for seed in (3, 4):
+            try:
+                result = verify_request(H3Request((image,), seed=seed))
+            except NoiseStreamError as error:
+                out["requests"].append({"stream": stream, "error": str(error)})
+                continue
+            out["requests"].append({"stream": stream, "equal": result.equal,
+                                    "prepared": result.prepared,
+                                    "reasons": result.not_prepared_reasons})
+    out["lines"] = [line for line in lines if not line.startswith("INFO prenoise: request")]
+    print(json.dumps(out))
+    """
+)
+
+
+def _run_scratch(
+    tmp: Path, edit: tuple[str, str, str] | None, streams: tuple[str, ...] = ("native",)
+) -> dict[str, Any]:
+    """`_RUN` on a scratch copy in a fresh interpreter: two requests per noise stream."""
+    root = _scratch(tmp / "site", edit)
+    environ = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), str(REPO / "src")])}
+    done = subprocess.run(
+        [sys.executable, "-c", _RUN, str(tmp), *streams],
+        capture_output=True,
+        text=True,
+        env=environ,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["file"].startswith(str(root))  # the scratch copy ran, not the venv's
+    return result
+
+
+@pytest.mark.slow
+def test_a_later_release_with_the_reviewed_code_runs_as_the_release_it_equals(
+    tmp_path: Path,
+) -> None:
+    result = _run_scratch(tmp_path, None)
+    assert result["release"] == RELEASE and result["installed"]
+    assert result["problems"] == CODE.problems
+    for request in result["requests"]:
+        assert request["equal"] and request["prepared"], request
+    warnings = [line for line in result["lines"] if not line.startswith("INFO")]
+    assert len(warnings) == len(CODE.problems)  # this release's own (0.32.0rc1: Wan2.2 ahead)
+
+
+def _body_edit(method: str) -> tuple[str, str, str]:
+    """A neutral statement added before the first statement of `MiniMaxH3Pipeline.<method>`'s
+    body: its digest changes (any code change counts), nothing it computes does."""
+    import ast
+    import inspect
+    import textwrap
+
+    from vllm_omni.diffusion.models.minimax_h3 import pipeline_minimax_h3 as upstream
+
+    lines = inspect.getsource(getattr(upstream.MiniMaxH3Pipeline, method)).splitlines()
+    [function] = ast.parse(textwrap.dedent("\n".join(lines))).body
+    assert isinstance(function, ast.FunctionDef)
+    body = function.body
+    first = body[1] if ast.get_docstring(function) is not None else body[0]
+    line = lines[first.lineno - 1]
+    indent = line[: len(line) - len(line.lstrip())]
+    edited = [
+        *lines[: first.lineno - 1],
+        f"{indent}_prenoise_scratch_edit = None",
+        *lines[first.lineno - 1 :],
+    ]
+    return (PIPELINE, "\n".join(lines) + "\n", "\n".join(edited) + "\n")
+
+
+@pytest.mark.slow
+def test_an_edited_wrapped_function_turns_its_path_off_naming_it_once(tmp_path: Path) -> None:
+    """`encode_prompt` (wrapped; the prepared-ahead path's multi-rank hand-over) edited: that
+    path runs upstream's code, said once; every output is plugin-off's; nothing else changes."""
+    result = _run_scratch(tmp_path, _body_edit("encode_prompt"))
+    assert result["release"] is None and result["installed"]
+    wan = {WAN_AHEAD_PATH} if RELEASE == "0.32.0rc1" else set()
+    assert set(result["problems"]) == {H3_AHEAD_PATH} | wan
+    [line] = [line for line in result["lines"] if "encode_prompt" in line]
+    assert line.startswith(
+        f"WARNING prenoise: vllm-omni {SCRATCH_VERSION}: {H3_AHEAD_PATH}: off, upstream's code "
+        f"runs untouched: MiniMaxH3Pipeline.encode_prompt ({PIPELINE}) changed: digest "
+    )
+    for request in result["requests"]:
+        assert request["equal"] and not request["prepared"]
+        assert request["reasons"] == [
+            "request not eligible: this vllm-omni's MiniMaxH3Pipeline.encode_prompt is not the "
+            "reviewed code"
+        ]
+
+
+@pytest.mark.slow
+def test_an_edited_draw_leaves_minimax_h3_to_upstream(tmp_path: Path) -> None:
+    """`_initial_noise` edited: native runs upstream's MiniMax-H3 code untouched (only `forward`
+    is wrapped, and passes the request on); a named stream refuses the request."""
+    result = _run_scratch(tmp_path, _body_edit("_initial_noise"), ("native", "x86"))
+    assert H3_STREAMS_PATH in result["problems"] and H3_AHEAD_PATH in result["problems"]
+    [said] = [
+        line for line in result["lines"] if "MiniMax-H3 runs upstream's code untouched" in line
+    ]
+    assert "MiniMaxH3Pipeline._initial_noise (" in said
+    assert [r["stream"] for r in result["requests"]] == ["native", "native", "x86", "x86"]
+    for request in result["requests"]:
+        if request["stream"] == "native":
+            assert request.get("equal") is True and not request["prepared"], request
+            assert request["reasons"] == [
+                "the plugin's forward wrapper opened no request preparation"
+            ]
+        else:
+            assert "MiniMaxH3Pipeline._initial_noise (" in request["error"]
+            assert request["error"].endswith("use the native stream")
+
+
+def test_support_is_computed_once() -> None:
+    assert support.current() is support.current()
+
+
+# -- every MiniMax-H3 draw site is a reviewed, wrapped function -----------------------------------
+
+_DRAWS = {"randn", "randn_like", "rand", "rand_like", "randint", "normal", "normal_", "manual_seed"}
+_COVERED_DRAW_SITES = {
+    "diffusion.models.minimax_h3.pipeline_minimax_h3:MiniMaxH3Pipeline._initial_noise",
+    "diffusion.models.minimax_h3.condition_noise:minimax_h3_imgvid_cond_noise_aug_rows",
+    "diffusion.models.minimax_h3.condition_noise:minimax_h3_audio_cond_noise_aug_rows",
+    "diffusion.models.minimax_h3.condition_noise:_draw_imgvid_condition_noise_rows",
+}
+"""The functions that draw MiniMax-H3's noise from a CPU generator: each is wrapped (or only
+called from a wrapped one: `_draw_imgvid_condition_noise_rows`, from the visual-condition function
+and `minimax_h3_imgvid_cond_noise_rows`) and in the stream path's reviewed set."""
+_LEFT_TO_UPSTREAM = {
+    # the video VAE's keyframe/video encode: the device's global RNG under a fixed seed inside
+    # fork_rng (docs/vllm-omni.md: not covered by the noise streams)
+    "diffusion.models.minimax_h3.vae:MiniMaxH3VideoVAE.encode_image",
+    "diffusion.models.minimax_h3.vae:MiniMaxH3VideoVAE.encode_video",
+}
+
+
+def _draw_sites() -> set[str]:
+    import ast
+
+    import vllm_omni
+
+    root = Path(vllm_omni.__file__).parent
+    found = set()
+    for package in ("diffusion/models/minimax_h3", "model_executor/models/minimax_h3"):
+        for path in sorted((root / package).rglob("*.py")):
+            module = ".".join(path.relative_to(root).with_suffix("").parts)
+            tree = ast.parse(path.read_text())
+
+            def visit(node: ast.AST, prefix: str, module: str = module) -> None:
+                for child in ast.iter_child_nodes(node):
+                    if isinstance(child, ast.ClassDef):
+                        visit(child, f"{prefix}{child.name}.")
+                    elif isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
+                        calls = {
+                            n.func.attr if isinstance(n.func, ast.Attribute) else n.func.id
+                            for n in ast.walk(child)
+                            if isinstance(n, ast.Call)
+                            and isinstance(n.func, ast.Attribute | ast.Name)
+                        }
+                        if calls & _DRAWS:
+                            found.add(f"{module}:{prefix}{child.name}")
+
+            visit(tree, "")
+    return found
+
+
+def test_every_minimax_h3_draw_site_is_covered() -> None:
+    """A draw upstream adds anywhere in MiniMax-H3's packages fails here (and its function's
+    digest, where it is one the stream path relies on, turns that path off at run time)."""
+    here = {s for s in _COVERED_DRAW_SITES if digests.installed_digest(f"vllm_omni.{s}") != ABSENT}
+    assert _draw_sites() == here | _LEFT_TO_UPSTREAM
+    keys = {k.removeprefix("vllm_omni.") for k in PATHS[H3_STREAMS_PATH]}
+    assert keys >= _COVERED_DRAW_SITES

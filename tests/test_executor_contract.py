@@ -94,7 +94,7 @@ def restore_global_rng() -> Iterator[None]:
 
 
 def test_usage_error_texts() -> None:
-    with pytest.raises(ValueError, match=exact("workers must be >= 1, got 0")):
+    with pytest.raises(ValueError, match=exact("workers must be an int >= 1, got 0")):
         PreparationExecutor(workers=0)
     started, release = threading.Event(), threading.Event()
     prep = PreparationExecutor(name="texts")

@@ -133,6 +133,8 @@ class Draw:
         object.__setattr__(self, "shape", exact_ints(self.shape, f"draw {self.name!r}: shape"))
         if any(s < 0 for s in self.shape):
             raise ValueError(f"draw {self.name!r}: negative size in shape {self.shape}")
+        if not isinstance(self.dtype, torch.dtype):  # 'float32' read as "not floating"
+            raise TypeError(f"draw {self.name!r}: dtype must be a torch.dtype, got {self.dtype!r}")
         if self.dtype not in _FLOAT_DTYPES:
             raise ValueError(f"draw {self.name!r}: dtype {self.dtype} is not a floating dtype")
         if self.keep is not None:
@@ -436,6 +438,9 @@ def run_draw(
     between chunks once the event is set (`Cancelled`; see `fill_normal_`). `noise_stream`
     names the arithmetic (see `fill_normal_`).
     """
+    if not isinstance(draw, Draw) or not isinstance(generator, torch.Generator):  # not an
+        got = f"{type(draw).__name__}, {type(generator).__name__}"  # AttributeError deep inside
+        raise TypeError(f"run_draw takes a Draw and a torch.Generator, got {got}")
     noise_streams.check_stream_name(noise_stream)
     native = noise_stream == noise_streams.NATIVE
     raise_if_cancelled(cancel, f"draw {draw.name!r}")

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 import threading
 from collections.abc import Callable, Collection, Hashable, Sequence
 from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
@@ -100,8 +101,8 @@ class PreparationExecutor:
         check_global_rng: bool | None = None,
         cancel: CancelEvent | None = None,
     ) -> None:
-        if workers < 1:
-            raise ValueError(f"workers must be >= 1, got {workers}")
+        if type(workers) is not int or workers < 1:  # `True` is an int, but not a count
+            raise ValueError(f"workers must be an int >= 1, got {workers!r}")
         self.name = name
         self._thread_prefix = f"{name}#{next(_instance_ids)}-"
         self.tracer = tracer or NULL_TRACER
@@ -121,6 +122,7 @@ class PreparationExecutor:
         self._next_lane = 0
         self._rng_before: RNGSnapshot | None = None
         self._open = False
+        self._pid = os.getpid()
         self._lock = threading.Lock()
         # The job the current thread runs, when it is one of this executor's workers.
         self._running = threading.local()
@@ -144,6 +146,7 @@ class PreparationExecutor:
             for i in range(self._workers)
         ]
         self._rng_before = snapshot_global_rng() if self.check_global_rng else None
+        self._pid = os.getpid()
         self._open = True
         return self
 
@@ -198,6 +201,7 @@ class PreparationExecutor:
         """
         if not self._open:
             raise PreparationStateError(f"submit({name!r}) outside the executor's `with` block")
+        self._refuse_forked(f"submit({name!r})")
         with self._lock:
             if name in self._jobs or name in self._taken or name in self._cancelled:
                 raise PreparationStateError(f"{name!r} was already submitted to {self.name!r}")
@@ -280,6 +284,7 @@ class PreparationExecutor:
             raise PreparationStateError(
                 f"take({name!r}) after executor {self.name!r} exited; results are released at exit"
             )
+        self._refuse_forked(f"take({name!r})")
         with self._lock:
             job = self._jobs.get(name)
             if job is None:
@@ -348,6 +353,16 @@ class PreparationExecutor:
         self.prediction_events.append(event)
         with self.tracer.span(f"recompute:{name}", Category.NOISE):
             return recompute()
+
+    def _refuse_forked(self, call: str) -> None:
+        """A forked child has none of the workers (threads do not survive `fork`): its `take`
+        would wait forever."""
+        if os.getpid() != self._pid:
+            raise PreparationStateError(
+                f"{call} in process {os.getpid()}, a child forked from {self._pid} where executor "
+                f"{self.name!r} was opened: its worker threads do not exist here; open an "
+                "executor in the child"
+            )
 
     def _refuse_deadlock(self, name: str, job: _Job) -> None:
         """Raise `PreparationStateError` if this `take` could never return (lock held)."""

@@ -92,22 +92,24 @@ class DecodeGuard:
     def check_audio_seconds(self, seconds: float) -> None:
         """Refuse an audio duration read from a header above `max_audio_seconds`."""
         if seconds > self.limits.max_audio_seconds:
-            raise self.refuse(
-                f"{seconds:.1f} s of audio (from its header)",
-                "max_reference_frames",
-                "trim the reference, set its max_seconds, or raise the cap",
-            )
+            raise self._audio_refusal(f"{seconds:.1f} s of audio (from its header)")
 
     def audio(self, samples: int, sample_rate: int) -> None:
         """Refuse once `samples` decoded samples pass `max_audio_seconds` at `sample_rate`."""
         raise_if_cancelled(self.cancel, f"decoding {self.path}")
         seconds = self.limits.max_audio_seconds
         if samples > math.ceil(seconds * sample_rate):
-            raise self.refuse(
-                f"more than {seconds:g} s of audio",
-                "max_reference_frames",
-                "trim the reference, set its max_seconds, or raise the cap",
-            )
+            raise self._audio_refusal(f"more than {seconds:g} s of audio")
+
+    def _audio_refusal(self, what: str) -> MediaError:
+        """Audio is capped in seconds, derived from the frame cap: name both."""
+        frames = self.limits.max_reference_frames
+        cap = describe_cap("max_reference_frames", frames)
+        return MediaError(
+            f"{self.path}: {what}, above the audio cap of {self.limits.max_audio_seconds:g} s "
+            f"({frames} frames at {FPS} fps: {cap}); trim the reference, set its max_seconds, "
+            "or raise the cap"
+        )
 
 
 FFMPEG_MAX_PIXELS = 2**31 - 1

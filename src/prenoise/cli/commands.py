@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 __all__ = ["build_parser", "main"]
 
 EXIT_USAGE = 2
-"""Bad input, or a missing pip extra: one-line `error: …`."""
+"""Bad input, a missing pip extra, an output the disk refuses, low memory: one-line `error: …`."""
 EXIT_INTERNAL = 70
 """An unexpected exception (a bug, or an environment failure such as a full disk): one line
 `internal error: …` (`EX_SOFTWARE` of sysexits.h, distinct from verify's and compare's 1)."""
@@ -448,10 +448,11 @@ def _world_size() -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `prenoise` console script; returns the exit status.
 
-    User errors and missing pip extras print one line and return 2; any other exception prints
-    one line and returns `EXIT_INTERNAL` (70). Ctrl-C returns 130, SIGTERM/SIGHUP 128 + signum
-    (after the same clean-up as Ctrl-C). `--debug` or `PRENOISE_DEBUG=1` re-raise instead, with
-    the traceback.
+    User errors, missing pip extras, an output the disk refuses (`OutputWriteError`) and low
+    memory (`guards.budget.allocation_failure`) print one line and return 2; any other exception
+    prints one line and returns `EXIT_INTERNAL` (70). Ctrl-C returns 130, SIGTERM/SIGHUP
+    128 + signum (after the same clean-up as Ctrl-C). `--debug` or `PRENOISE_DEBUG=1` re-raise
+    instead, with the traceback.
     """
     from prenoise.guards.signals import Terminated, install_termination_handlers
 

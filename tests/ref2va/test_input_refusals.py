@@ -210,13 +210,20 @@ def test_thread_exhaustion_is_not_blamed_on_the_file(
         raise av.error.BlockingIOError(errno.EAGAIN, "Resource temporarily unavailable")
         yield
 
+    import types
+
+    from prenoise.ref2va.media import demux
+
     monkeypatch.setattr(media, "counted_frames", no_threads)
+    # the memory the line names is the host's at that moment: fixed here
+    described = "the 1.0 GiB of memory available on this host"
+    monkeypatch.setattr(demux, "memory_limit", lambda: types.SimpleNamespace(described=described))
     shutil.copy(synthetic_mp4, workdir / "ref.mp4")
     assert main(["generate", "--recipe", "tiny.yaml", "--reference", "ref.mp4"]) == 70
     assert one_line(capsys) == (
         "error: BlockingIOError: [Errno 11] decoding ref.mp4: the system refused the decoder "
         "threads or memory (Resource temporarily unavailable); the file is not at fault, retry "
-        "with fewer processes running (rerun with --debug for the traceback)"
+        f"with fewer processes running ({described}) (rerun with --debug for the traceback)"
     )
 
 

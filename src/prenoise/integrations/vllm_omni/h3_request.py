@@ -34,6 +34,8 @@ class H3Request:
     task: str = "ref2va"
     guides: tuple[tuple[int, Path], ...] = ()
     """Timeline guides (vllm-omni 0.32.0rc1 on): `(frame_index, image or video file)` each."""
+    continuation: bool = False
+    """A Ref2VA continuation request: windows of 107 frames overlapping by 22."""
 
     def forward_request(self) -> Any:
         """The `DiffusionRequestBatch`-like object `forward` reads (one prompt)."""
@@ -56,6 +58,15 @@ class H3Request:
                 "duration": self.duration,
                 # upstream requires it for T2VA (the canvas is the explicit width x height)
                 **({"aspect_ratio": "16:9"} if self.task == "t2va" else {}),
+                **(
+                    {
+                        "long_video_mode": "continuation",
+                        "continuation_window_frames": 107,
+                        "continuation_overlap_frames": 22,
+                    }
+                    if self.continuation
+                    else {}
+                ),
             },
         )
         prompt = {"prompt": self.prompt, "multi_modal_data": media}

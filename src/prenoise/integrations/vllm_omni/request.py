@@ -214,6 +214,7 @@ class RequestPreparation:
         self._plans: dict[int, _Plan] = {}
         self._shared = False
         self._first_seed: int | None = None
+        self._upstream_first = False  # upstream draws the first output ahead itself (0.32)
         self._num_outputs = 1
         self._token: contextvars.Token[RequestPreparation | None] | None = None
         self._lock = threading.Lock()
@@ -266,6 +267,14 @@ class RequestPreparation:
             )
         with self._lock:
             records = list(self.records.values())
+        upstream = (
+            "; the first output's drawn ahead by upstream itself" if self._upstream_first else ""
+        )
+        if not records and self._upstream_first:
+            return (
+                f"{who}: the first output's noise drawn ahead by upstream itself, nothing left "
+                f"for prenoise{self._stream_note()}"
+            )
         if not records:
             return (
                 f"{who}: noise not prepared ahead, upstream drew it (no media plan)"
@@ -280,7 +289,7 @@ class RequestPreparation:
         )
         if self.prediction_events:
             line += f"; {len(self.prediction_events)} ran upstream's serial draw (shape mismatch)"
-        return line + self._stream_note()
+        return line + upstream + self._stream_note()
 
     def _stream_note(self) -> str:
         """`; noise stream x86 (…)` for a named stream; nothing for `native`."""
@@ -332,6 +341,7 @@ class RequestPreparation:
         # never twice: upstream draws this Ref2VA output's initial noise ahead (and, without
         # guides, its condition noise); prenoise draws what upstream still draws serially
         upstream = self.code.upstream_prepares_ref2va and media.task == "ref2va"
+        self._upstream_first = upstream
         self._submit(initial, condition, upstream=upstream)
         return None
 
@@ -359,6 +369,7 @@ class RequestPreparation:
         if rank != 0 and payload[0] is not None and not self._plans:
             initial, condition, self._num_outputs, upstream_first = payload[0]
             self._first_seed = initial.seed
+            self._upstream_first = upstream_first
             self._submit(initial, condition, upstream=upstream_first)
 
     def _ineligible(self, prepared: Any) -> str | None:

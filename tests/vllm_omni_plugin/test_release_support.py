@@ -327,3 +327,54 @@ def test_every_minimax_h3_draw_site_is_covered() -> None:
     assert _draw_sites() == here | _LEFT_TO_UPSTREAM
     keys = {k.removeprefix("vllm_omni.") for k in PATHS[H3_STREAMS_PATH]}
     assert keys >= _COVERED_DRAW_SITES
+
+
+# -- the exact mixes, against upstream's own function -------------------------------------------
+
+
+def test_prenoise_draws_and_mixes_as_upstreams_condition_function() -> None:
+    """Upstream's condition function (plugin off) against prenoise's draws and mixes, bitwise on
+    the CPU: the dependent recipe on every release; 0.32.0rc1's precomputed rows (upstream's own
+    mix of prenoise's draw) and its guided recipe; and 0.32's NPU statement (coefficients rounded
+    in CPU float32, then two products and one sum on the device) written out and run here."""
+    import inspect
+
+    import torch
+    from vllm_omni.diffusion.models.minimax_h3 import condition_noise
+
+    from prenoise.integrations.vllm_omni import h3_mix, h3_shapes
+    from prenoise.preparation.draws import run_stream
+    from prenoise.ref2va.noise import condition_streams
+
+    upstream = condition_noise.minimax_h3_imgvid_cond_noise_aug_rows
+    shapes = ((1, 4, 6), (3, 2, 4), (2, 6, 2))
+    rows = sum(t * (h // 2) * (w // 2) for t, h, w in shapes)
+    clean = torch.randn((rows, 96), generator=torch.Generator().manual_seed(5))
+    kwargs = {"condition_shapes": shapes, "target_latent_t": 5, "imgvid_cond_num_frames": 3}
+
+    def drawn(streams: Any) -> torch.Tensor:
+        return torch.cat([t for s in streams for t in run_stream(s).values()])
+
+    def same(a: torch.Tensor, b: torch.Tensor) -> bool:
+        return (
+            a.dtype == b.dtype
+            and a.shape == b.shape
+            and torch.equal(a.contiguous().view(torch.int32), b.contiguous().view(torch.int32))
+        )
+
+    noise = drawn(condition_streams(11, 5, shapes))
+    theirs = upstream(clean, seed=11, noise_aug=0.999, **kwargs)
+    assert same(h3_mix.mix_condition_rows(clean, noise, shapes, 0.999), theirs)
+    timestep = torch.tensor(0.999, dtype=torch.float32)  # 0.32's NPU rule, on this device
+    out = torch.empty_like(clean)
+    torch.add(timestep * clean, (1.0 - timestep) * noise, out=out)
+    assert same(out, theirs)
+    parameters = inspect.signature(upstream).parameters
+    if "precomputed_noise_rows" in parameters:
+        given = upstream(clean, seed=11, noise_aug=0.999, precomputed_noise_rows=noise, **kwargs)
+        assert same(given, theirs)
+    if "guided" in parameters:
+        guided_noise = drawn(h3_shapes.guided_condition_streams(11, shapes))
+        guided = upstream(clean, seed=11, noise_aug=0.999, guided=True, **kwargs)
+        assert same(h3_mix.mix_guided_rows(clean, guided_noise, shapes, 0.999), guided)
+        assert not same(guided, theirs)  # two recipes, two results: the comparison sees it

@@ -433,3 +433,36 @@ def test_a_module_imported_after_install_is_hooked(
     assert not any(type(f).__name__ == "AfterImport" for f in sys.meta_path)
     monkeypatch.delitem(sys.modules, "prenoise_fakepipe.mod")
     monkeypatch.delitem(sys.modules, "prenoise_fakepipe")
+
+
+def test_a_module_whose_draws_changed_makes_its_pipeline_uncovered(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Wan2.2 T2V's module with a drawing function that is not the reviewed code (as a later
+    release might add): said once, a named stream refuses its requests (a new draw could escape
+    the hooks), native runs upstream's forward (nothing prepared ahead), same bits."""
+    from prenoise.integrations.vllm_omni import digests
+
+    wan = "vllm_omni.diffusion.models.wan2_2.pipeline_wan2_2"
+    problem = f"the functions that draw in {wan} (Wan22Pipeline.prepare_latents) are not ..."
+    real = digests.draw_sites_problem
+    monkeypatch.setattr(
+        digests, "draw_sites_problem", lambda module: problem if module == wan else real(module)
+    )
+    expected, states = _wan(standins.wan_request())
+    with caplog.at_level(logging.WARNING, logger="prenoise.vllm_omni"):
+        pipelines.install_stream_hooks()
+        standins.import_wan()
+    assert pipelines.uncovered_pipelines()["Wan2.2 T2V/TI2V/VACE"] == problem
+    assert [r.getMessage() for r in caplog.records if wan in r.getMessage()] == [
+        f"prenoise: {problem}; Wan2.2 T2V/TI2V/VACE: with a non-native "
+        "PRENOISE_VLLM_OMNI_NOISE_STREAM their requests fail rather than mix streams, native "
+        "runs upstream's code (nothing prepared ahead)"
+    ]
+    before = wan_ahead.counts()
+    got, got_states = _wan(standins.wan_request())
+    assert same_bits(got, expected) and got_states == states
+    assert wan_ahead.counts() == before
+    monkeypatch.setenv(NOISE_STREAM_ENV, "x86")
+    with pytest.raises(NoiseStreamError, match=r"be drawn in that stream \(the functions"):
+        _wan(standins.wan_request())

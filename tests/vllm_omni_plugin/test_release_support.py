@@ -378,3 +378,18 @@ def test_prenoise_draws_and_mixes_as_upstreams_condition_function() -> None:
         guided = upstream(clean, seed=11, noise_aug=0.999, guided=True, **kwargs)
         assert same(h3_mix.mix_guided_rows(clean, guided_noise, shapes, 0.999), guided)
         assert not same(guided, theirs)  # two recipes, two results: the comparison sees it
+
+
+def test_the_other_pipelines_draw_sites_are_the_recorded_ones() -> None:
+    """Every vLLM-Omni module the named-stream hooks cover has its recorded draw-site digest
+    here (a drawing function added or changed in a later release makes its pipelines
+    uncovered: `test_pipeline_streams.py`)."""
+    from prenoise.integrations.vllm_omni.pipeline_targets import TARGETS
+    from prenoise.integrations.vllm_omni.reviewed import DRAW_SITES
+
+    hooked = {t.module for t in TARGETS if t.module.startswith("vllm_omni.")}
+    assert set(DRAW_SITES) == hooked
+    for module, reviewed in DRAW_SITES.items():
+        assert digests.draw_sites_problem(module) is None, module
+        mine = [d for d, releases in reviewed.items() if RELEASE in releases]
+        assert mine == [digests.draw_sites_digest(module)], module

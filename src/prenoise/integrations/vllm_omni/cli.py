@@ -111,7 +111,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
     except ImportError:
         console.print(
             "[red]error:[/] vllm-omni is not installed here; run the prenoise of an environment "
-            "that has vLLM-Omni 0.30 (from a prenoise clone: make setup-vllm-omni, then "
+            "that has vLLM-Omni (0.30.0 to 0.32.0rc1 are reviewed; from a prenoise clone: "
+            "make setup-vllm-omni, then "
             ".venv-vllm-omni/bin/prenoise vllm-omni-verify ...)",
             soft_wrap=True,
         )

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from prenoise.integrations.vllm_omni.reviewed import (
     ABSENT,
+    DRAW_SITES,
     PATHS,
     RELEASES,
     REVIEWED,
@@ -40,6 +41,8 @@ __all__ = [
     "RELEASES",
     "CodeUnavailable",
     "code_digest",
+    "draw_sites",
+    "draw_sites_problem",
     "installed_digest",
     "path_problem",
     "reset",
@@ -61,6 +64,7 @@ def reset() -> None:
         _trees.clear()
         _digests.clear()
         _problems.clear()
+        _draw_sites.clear()
 
 
 def _definition(tree: ast.Module, qualname: str) -> ast.FunctionDef | ast.ClassDef:
@@ -187,6 +191,89 @@ def path_problem(path: str, keys: Iterable[str] | None = None) -> str | None:
         with _lock:
             _problems[path] = problem
     return problem
+
+
+_DRAW_ATTRIBUTES = frozenset(
+    {
+        "randn",
+        "randn_like",
+        "rand",
+        "rand_like",
+        "randint",
+        "multinomial",
+        "normal_",
+        "randn_tensor",
+    }
+)
+_draw_sites: dict[str, tuple[tuple[str, str], ...]] = {}
+
+
+def _draws(function: ast.AST) -> bool:
+    """Whether `function` calls a random draw (`randn_tensor(...)`, `torch.randn(...)`,
+    `x.normal_(...)`, ...) other than inside `nn.Parameter(...)` (weights made before loading)."""
+    in_parameter = {
+        id(inner)
+        for call in ast.walk(function)
+        if isinstance(call, ast.Call)
+        and isinstance(call.func, ast.Attribute)
+        and call.func.attr == "Parameter"
+        for inner in ast.walk(call)
+    }
+    for call in ast.walk(function):
+        if not isinstance(call, ast.Call) or id(call) in in_parameter:
+            continue
+        name = call.func.attr if isinstance(call.func, ast.Attribute) else None
+        if isinstance(call.func, ast.Name):
+            name = call.func.id
+        if name in _DRAW_ATTRIBUTES:
+            return True
+    return False
+
+
+def draw_sites(module: str) -> tuple[tuple[str, str], ...]:
+    """`(qualname, digest)` of every function of `module` that makes a random draw, sorted."""
+    with _lock:
+        found = _draw_sites.get(module)
+        if found is None:
+            sites: list[tuple[str, str]] = []
+
+            def visit(node: ast.AST, prefix: str) -> None:
+                for child in ast.iter_child_nodes(node):
+                    if isinstance(child, ast.ClassDef):
+                        visit(child, f"{prefix}{child.name}.")
+                    elif isinstance(child, ast.FunctionDef) and _draws(child):
+                        digest = hashlib.sha256(_normalized(child).encode()).hexdigest()[:12]
+                        sites.append((f"{prefix}{child.name}", digest))
+
+            visit(_tree(module), "")
+            found = _draw_sites[module] = tuple(sorted(sites))
+    return found
+
+
+def draw_sites_digest(module: str) -> str:
+    """One digest of `module`'s draw sites (`draw_sites`): any drawing function added, removed
+    or changed changes it."""
+    text = "\n".join(f"{name}:{digest}" for name, digest in draw_sites(module))
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def draw_sites_problem(module: str) -> str | None:
+    """Why `module`'s draws are not the reviewed ones (`reviewed.DRAW_SITES`), naming its drawing
+    functions; None when they are, or when `module` is not in the table."""
+    reviewed = DRAW_SITES.get(module)
+    if reviewed is None:
+        return None
+    try:
+        digest = draw_sites_digest(module)
+    except CodeUnavailable as error:
+        return f"the draw sites of {module} cannot be read: {error}"
+    if digest in reviewed:
+        return None
+    names = ", ".join(name for name, _ in draw_sites(module)) or "none"
+    return (
+        f"the functions that draw in {module} ({names}) are not the reviewed code (draw-site "
+        f"digest {digest}; reviewed {', '.join(reviewed)})"
+    )
 
 
 def installed_release() -> str | None:

@@ -1,7 +1,9 @@
-"""What `pipelines` hooks in vLLM-Omni 0.30.0's other pipelines: one row per hooked name.
+"""What `pipelines` hooks in vLLM-Omni's other pipelines: one row per hooked name.
 
 Each row was checked against vllm-omni 0.30.0, diffusers 0.40.0 and torchsde 0.2.6 (the versions
-`.venv-vllm-omni` pins). Three kinds of name are hooked:
+`.venv-vllm-omni` pins), and re-checked on 0.31.0rc1 and 0.32.0rc1 by the same tests in their
+venvs (every hooked module's draw sites; 0.32.0rc1 adds `LTX2TextToAudioPipeline`, not listed:
+refused in a named stream). Three kinds of name are hooked:
 
 * a pipeline's entry (`forward`): marks the call as that pipeline's (a context variable, for the
   rows `scoped` to it) and, in a named stream, refuses the request up front when one of the

@@ -40,7 +40,7 @@ from typing import Any
 
 import torch
 
-from prenoise.integrations.vllm_omni import support, wan_ahead
+from prenoise.integrations.vllm_omni import digests, support, wan_ahead
 from prenoise.integrations.vllm_omni.import_hooks import AfterImport
 from prenoise.integrations.vllm_omni.pipeline_targets import (
     AHEAD,
@@ -198,8 +198,27 @@ def _hook_after_import(module: ModuleType) -> None:
 
 
 def _hook_module_locked(state: _State, module: ModuleType) -> None:
-    """Hook `module`'s targets (lock held). Never raises: a problem is said once."""
-    for target in state.pending.pop(module.__name__, []):
+    """Hook `module`'s targets (lock held). Never raises: a problem is said once.
+
+    A module whose drawing functions are not the reviewed code (`digests.draw_sites_problem`)
+    is still hooked, and its pipelines are uncovered: a named stream refuses their requests
+    (a new draw could escape the hooks), native runs them as upstream does."""
+    try:
+        changed = digests.draw_sites_problem(module.__name__)
+    except Exception as error:  # never fail upstream's import
+        changed = f"the draw sites of {module.__name__} could not be read ({error!r})"
+    targets = state.pending.pop(module.__name__, [])
+    pipelines = list(dict.fromkeys(t.pipeline for t in targets if t.kind != GUARD))
+    if changed is not None and pipelines:
+        for pipeline in pipelines:
+            _uncovered.setdefault(pipeline, changed)
+        _say_once(
+            f"draws:{module.__name__}",
+            f"prenoise: {changed}; {', '.join(pipelines)}: with a non-native "
+            "PRENOISE_VLLM_OMNI_NOISE_STREAM their requests fail rather than mix streams, "
+            "native runs upstream's code (nothing prepared ahead)",
+        )
+    for target in targets:
         try:
             holder, current, problem = _locate(target, module)
         except Exception as error:  # an upstream module shaped unlike 0.30.0's
@@ -334,7 +353,9 @@ def _enter(
 def _ahead_runs(target: StreamTarget) -> bool:
     """Whether `target`'s prepared-ahead path is the reviewed code here (`support`); where it is
     not, upstream's forward draws (in the stream); `plugin.register` said so once."""
-    return support.current().wan_ahead
+    with _lock:
+        uncovered = target.pipeline in _uncovered
+    return support.current().wan_ahead and not uncovered
 
 
 def _draw(

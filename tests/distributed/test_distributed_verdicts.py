@@ -85,7 +85,7 @@ def test_torchrun_verify_exits_1_when_a_rank_draws_one_wrong_bit(tmp_path: Path)
 
             if os.environ["RANK"] == "1":
                 host_noise.draw_into = draw_into
-            sys.exit(main(["verify", "--recipe", {str(TINY)!r}, "--json", "v.json"]))
+            sys.exit(main(["verify", "--recipe", {str(TINY)!r}, "--json", "v.json", "--quiet"]))
             """
         )
     )
@@ -100,6 +100,8 @@ def test_torchrun_verify_exits_1_when_a_rank_draws_one_wrong_bit(tmp_path: Path)
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
     out = " ".join(proc.stdout.split())
     assert "DIFFERENT (host-shared noise): rank 0 vs single process:" in out
+    # --quiet: no progress on any rank, the verdict as without it
+    assert "[prenoise " not in proc.stderr + proc.stdout
 
     report = json.loads((tmp_path / "v.json").read_text())
     assert report["equal"] is False and report["rng_state_unchanged"] == [True, True]

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
+from progress_lines import torchrun_stages
 
 from prenoise.cli.commands import main
 from prenoise.distributed.host_noise import HostSharedNoise, draw_into, plan_jobs
@@ -94,6 +95,13 @@ def test_torchrun_generate_in_libm_equals_the_single_process_bytes(
         cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    # progress (issue 34): the single process's stages, rank 0's only, denoise steps counted
+    assert torchrun_stages(proc.stderr, "generate") == [
+        "load models",
+        "prepare",
+        "denoise output 0 (2 steps)",
+        "decode output 0",
+    ]
     base = ["generate", "--recipe", str(recipe), "--out"]
     assert main([*base, "single.mp4", "--noise-stream", "libm"]) == 0
     assert main([*base, "native.mp4"]) == 0

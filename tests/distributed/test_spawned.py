@@ -66,6 +66,10 @@ def test_two_ranks_prepare_identical_inputs_and_denoise_in_parallel(tmp_path: Pa
     print(f"sequence-parallel max abs error vs single process: {err:.3e}")
     assert err <= SP_TOLERANCE
 
+    # `torchrun … bench` progress: the single-process labels, with the bench's modes as arms
+    labels = ["warm-up 1/1 (per_rank)", "pair 1/1 (per_rank)", "pair 1/1 (host_shared)"]
+    assert r0["bench_labels"] == labels and r1["bench_labels"] == labels
+
 
 def test_a_failing_hung_or_dead_rank_fails_the_others_cleanly(tmp_path: Path) -> None:
     before = set(leftover_segments())

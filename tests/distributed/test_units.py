@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
+from progress_lines import torchrun_stages
 
 from prenoise.distributed.host_noise import HostSharedNoise, assign_streams, draw_into, plan_jobs
 from prenoise.distributed.sequence_parallel import (
@@ -191,6 +192,15 @@ def test_torchrun_verify_two_ranks(tmp_path: Path) -> None:
     assert "bitwise equal: 9 fields on all 2 ranks (host-shared noise) = single process" in (
         proc.stdout.replace("\n", " ")
     )
+    # progress (issue 34): rank 0's stages once each, in order, on stderr (the ranks prepare
+    # overlapped, rank 0 then prepares the single-process serial reference); rank 1 is silent
+    assert torchrun_stages(proc.stderr, "verify") == [
+        "load models",
+        "prepare: overlapped arm",
+        "prepare: serial arm",
+        "compare",
+    ]
+    assert "[prenoise " not in proc.stdout
     data = json.loads(report.read_text())
     assert data["equal"] and data["differences"] == [] and data["rng_state_unchanged"] == [True] * 2
     video = data["fields"]["initial_video_noise"]

@@ -23,8 +23,8 @@ from prenoise.cli.args import (
     missing_directory,
 )
 from prenoise.cli.parser import DEBUG_ENV_VAR, build_parser
-from prenoise.cli.progress import CommandProgress
 from prenoise.guards.atomic import OutputWriteError, write_atomic
+from prenoise.observe.progress import CommandProgress
 from prenoise.ref2va.cli_options import check_request_outputs, generate_out_path
 
 if TYPE_CHECKING:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import statistics
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -174,14 +175,21 @@ def run_distributed_bench(
     pairs: int = 3,
     warmup: int = 1,
     arm: Arm = "overlapped",
+    on_request: Callable[[str], None] | None = None,
 ) -> dict[str, Any] | None:
-    """Run the warm-up and the alternating pairs (collective); the summary on rank 0, else None."""
+    """Run the warm-up and the alternating pairs (collective); the summary on rank 0, else None.
+
+    `on_request` hears each request's label as it starts, as the single-process bench says it:
+    `warm-up i/N (mode)`, `pair i/N (mode)`."""
+    notify = on_request or (lambda _label: None)
     for i in range(warmup):
+        notify(f"warm-up {i + 1}/{warmup} ({MODES[i % 2]})")
         _one_request(runner, request, MODES[i % 2], arm)
     rows: dict[str, list[dict[str, float]]] = {m: [] for m in MODES}
     per_rank: dict[str, list[list[dict[str, Any]]]] = {m: [] for m in MODES}
     for pair in range(pairs):
         for mode in MODES if pair % 2 == 0 else tuple(reversed(MODES)):
+            notify(f"pair {pair + 1}/{pairs} ({mode})")
             sample = _one_request(runner, request, mode, arm)
             gathered: list[Any] = [None] * runner.ctx.world_size
             dist.all_gather_object(gathered, sample, group=runner.ctx.cpu_group)

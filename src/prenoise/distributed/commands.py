@@ -1,6 +1,11 @@
 """`prenoise generate|verify|bench` under `torchrun` (called by `prenoise.cli.commands` when
 `WORLD_SIZE` > 1). Rank 0 prints the tables and writes the files; every rank prints its errors.
 
+Progress is the single-process commands' (`prenoise.observe.progress`), shown by rank 0 only:
+the same stage names (`load models`, then the command's stages, denoise steps counted), one
+stderr line per stage when stdout is not a terminal, a live line on one; other ranks and
+`--quiet` show none. The tables print after the progress ends, as in one process.
+
 Exit status: 0 success, 1 a failed check or a failed rank, 2 a user error (as the plain CLI).
 """
 
@@ -9,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import signal
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 
@@ -23,11 +29,16 @@ from prenoise.distributed.shm import sweep_stale_segments
 from prenoise.distributed.status import DistributedPreparationError
 from prenoise.distributed.verification import verify_distributed
 from prenoise.guards.atomic import write_atomic
+from prenoise.observe.progress import CommandProgress
 from prenoise.ref2va.cli_options import check_request_outputs, recipe_from_args
 from prenoise.ref2va.config import ParallelConfig, Recipe, RecipeError
 from prenoise.ref2va.models import Ref2VAModels
+from prenoise.ref2va.sampler import StepInfo
 
 __all__ = ["run_distributed"]
+
+Report = Callable[[], int]
+"""What a command prints (rank 0) once its progress has ended; returns the exit status."""
 
 console = Console()
 
@@ -56,18 +67,22 @@ def run_distributed(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, _terminate)
     ctx = init_distributed(parallel.timeout_s, recipe.device)
     try:
-        if ctx.is_host_leader:
-            sweep_stale_segments()
-        if recipe.checkpoint is not None:
-            models = Ref2VAModels.from_checkpoint(
-                recipe.checkpoint, recipe.model, device=ctx.device
-            )
-        else:
-            models = Ref2VAModels.default(recipe.model, device=ctx.device)
-        runner = DistributedRef2VA(ctx, models, parallel)
-        request = broadcast_request(ctx, recipe if ctx.rank == 0 else None, models)
-        command = {"generate": _generate, "verify": _verify, "bench": _bench}[args.command]
-        status = command(args, ctx, runner, request)
+        quiet = args.quiet or ctx.rank != 0  # one set of lines per job, not one per rank
+        with CommandProgress(console, args.command, quiet=quiet) as progress:
+            progress.stage("load models")
+            if ctx.is_host_leader:
+                sweep_stale_segments()
+            if recipe.checkpoint is not None:
+                models = Ref2VAModels.from_checkpoint(
+                    recipe.checkpoint, recipe.model, device=ctx.device
+                )
+            else:
+                models = Ref2VAModels.default(recipe.model, device=ctx.device)
+            runner = DistributedRef2VA(ctx, models, parallel)
+            request = broadcast_request(ctx, recipe if ctx.rank == 0 else None, models)
+            command = {"generate": _generate, "verify": _verify, "bench": _bench}[args.command]
+            report = command(args, ctx, runner, request, progress)
+        status = report()
         if ctx.rank == 0:  # rank 0 writes the outputs: it says which directories it made
             for option, directory in missing:
                 if directory.is_dir():
@@ -81,40 +96,72 @@ def run_distributed(args: argparse.Namespace) -> int:
 
 
 def _generate(
-    args: argparse.Namespace, ctx: DistContext, runner: DistributedRef2VA, request: ResolvedRequest
-) -> int:
+    args: argparse.Namespace,
+    ctx: DistContext,
+    runner: DistributedRef2VA,
+    request: ResolvedRequest,
+    progress: CommandProgress,
+) -> Report:
     recipe = request.recipe()
     out = Path(args.out) if args.out else recipe.output_dir / f"{recipe.name}.mp4"
-    paths, seconds = runner.generate(request, out, args.arm)
-    if ctx.rank == 0:
-        table = Table(title=f"{recipe.name}: {args.arm} arm, {ctx.world_size} ranks (rank 0)")
-        table.add_column("stage")
-        table.add_column("seconds", justify="right")
-        for name, value in seconds.items():
-            table.add_row(name, f"{value:.3f}")
-        console.print(table)
-        for path in paths:
-            console.print(f"wrote [bold]{path}[/]")
-    return 0
+
+    def on_stage(name: str) -> None:
+        progress.stage(name, recipe.steps if name.startswith("denoise") else None)
+
+    def on_step(info: StepInfo) -> None:
+        progress.advance(info.step)
+
+    paths, seconds = runner.generate(request, out, args.arm, on_stage=on_stage, callback=on_step)
+
+    def report() -> int:
+        if ctx.rank == 0:
+            table = Table(title=f"{recipe.name}: {args.arm} arm, {ctx.world_size} ranks (rank 0)")
+            table.add_column("stage")
+            table.add_column("seconds", justify="right")
+            for name, value in seconds.items():
+                table.add_row(name, f"{value:.3f}")
+            console.print(table)
+            for path in paths:
+                console.print(f"wrote [bold]{path}[/]")
+        return 0
+
+    return report
 
 
 def _verify(
-    args: argparse.Namespace, ctx: DistContext, runner: DistributedRef2VA, request: ResolvedRequest
-) -> int:
-    result = verify_distributed(runner, request)
-    if ctx.rank == 0:
-        if args.json:
-            write_atomic(args.json, json.dumps(result.to_json(), indent=2), what="--json")
-        style = "green" if result.equal else "red"
-        console.print(f"[{style}]{result.summary()}[/]", soft_wrap=True)
-    return 0 if result.equal else 1
+    args: argparse.Namespace,
+    ctx: DistContext,
+    runner: DistributedRef2VA,
+    request: ResolvedRequest,
+    progress: CommandProgress,
+) -> Report:
+    result = verify_distributed(runner, request, on_stage=progress.stage)
+
+    def report() -> int:
+        if ctx.rank == 0:
+            if args.json:
+                write_atomic(args.json, json.dumps(result.to_json(), indent=2), what="--json")
+            style = "green" if result.equal else "red"
+            console.print(f"[{style}]{result.summary()}[/]", soft_wrap=True)
+        return 0 if result.equal else 1
+
+    return report
 
 
 def _bench(
-    args: argparse.Namespace, ctx: DistContext, runner: DistributedRef2VA, request: ResolvedRequest
-) -> int:
-    summary = run_distributed_bench(runner, request, pairs=args.pairs, warmup=args.warmup)
-    if summary is not None:
+    args: argparse.Namespace,
+    ctx: DistContext,
+    runner: DistributedRef2VA,
+    request: ResolvedRequest,
+    progress: CommandProgress,
+) -> Report:
+    summary = run_distributed_bench(
+        runner, request, pairs=args.pairs, warmup=args.warmup, on_request=progress.stage
+    )
+
+    def report() -> int:
+        if summary is None:  # the other ranks
+            return 0
         table = Table(title=f"{summary['recipe']}: {ctx.world_size} ranks, medians per request")
         table.add_column("metric")
         for mode in summary["medians"]:
@@ -128,4 +175,6 @@ def _bench(
         if args.json:
             write_atomic(args.json, json.dumps(summary, indent=2), what="--json")
             console.print(f"wrote {args.json}")
-    return 0
+        return 0
+
+    return report

@@ -15,6 +15,7 @@ the shards, `denoise.text` is compared by max abs difference (≤ `TP_TOLERANCE`
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
@@ -158,9 +159,16 @@ def verify_distributed(
     *,
     host_shared: bool | None = None,
     reference: bool = True,
+    on_stage: Callable[[str], None] | None = None,
 ) -> DistributedVerifyResult:
-    """Prepare on every rank and compare (see the module docstring). Collective: call on all."""
+    """Prepare on every rank and compare (see the module docstring). Collective: call on all.
+
+    `on_stage` hears each stage's name as it starts, in the single-process `verify`'s words:
+    `prepare: <arm> arm` (every rank), then on rank 0 `prepare: serial arm` (the single-process
+    reference, with `reference`) and `compare`."""
     ctx = runner.ctx
+    stage = on_stage or (lambda _name: None)
+    stage(f"prepare: {arm} arm")
     before = snapshot_global_rng()
     prepared = runner.prepare(request, arm, keep_noise=True, host_shared=host_shared)
     rng_ok = not before.differences(snapshot_global_rng())
@@ -177,15 +185,19 @@ def verify_distributed(
     verdict: list[Any] = [None]
     if ctx.rank == 0:
         rank0 = gathered[0][0]
+        reference_diffs: list[str] = []
+        if reference:
+            stage("prepare: serial arm")
+        if reference and full is not None:
+            reference_diffs, text_error = _tp_reference(runner, full, request, rank0, texts)
+        elif reference:
+            single = single_process_digests(runner.pipeline, request)
+            reference_diffs = _differences("rank 0 vs single process", rank0, single)
+        stage("compare")
         diffs: list[str] = []
         for r, (digests, _, _) in enumerate(gathered[1:], start=1):
             diffs += _differences(f"rank {r} vs rank 0", digests, rank0)
-        if reference and full is not None:
-            tp_diffs, text_error = _tp_reference(runner, full, request, rank0, texts)
-            diffs += tp_diffs
-        elif reference:
-            single = single_process_digests(runner.pipeline, request)
-            diffs += _differences("rank 0 vs single process", rank0, single)
+        diffs += reference_diffs
         rng = [bool(g[1]) for g in gathered]
         verdict[0] = DistributedVerifyResult(
             equal=not diffs and all(rng),

@@ -5,6 +5,10 @@ On a terminal: one rich line, a spinner with the stage, a bar with `i/N` where t
 a terminal (a pipe, a log, CI): one plain line per stage on stderr, `[prenoise generate 12.3s]
 denoise output 0 (8 steps)`, so a log shows where a long run is; results stay on stdout. With
 `--quiet`: nothing at all. Progress never changes what a command computes or prints as results.
+
+Under `torchrun` (`prenoise.distributed.commands`) rank 0 shows the same progress and every other
+rank is quiet, so N ranks print one set of lines, not N. Here in `observe/` (not `cli/`) so that
+both the CLI and `distributed/` can use it.
 """
 
 from __future__ import annotations

@@ -35,7 +35,8 @@ def _setup(recipe_path: str, workdir: str, timeout_s: float) -> tuple[Any, Any, 
 
 def prepare_both_modes_and_denoise(recipe_path: str, workdir: str) -> dict[str, Any]:
     """Per-rank and host-shared digests, a sequence-parallel denoise of the shared inputs, then a
-    one-pair bench's request labels (its progress stages)."""
+    one-pair bench with `--encoder-threads 2`: its request labels (its progress stages), the
+    thread counts it ran with and the count after it (the ranks start with 1)."""
     ctx, runner, request = _setup(recipe_path, workdir, 60.0)
     per_rank = runner.prepare(request, keep_noise=True, host_shared=False)
     per_rank_digests = field_digests(per_rank.outputs)
@@ -52,7 +53,9 @@ def prepare_both_modes_and_denoise(recipe_path: str, workdir: str) -> dict[str, 
     leftovers_after_prepare = [str(p) for p in leftover_segments()]
     video, audio = runner.denoise(request.recipe(), shared.outputs[0])
     bench_labels: list[str] = []  # what `bench`'s progress shows, on every rank
-    run_distributed_bench(runner, request, pairs=1, warmup=1, on_request=bench_labels.append)
+    bench = run_distributed_bench(
+        runner, request, pairs=1, warmup=1, encoder_threads=2, on_request=bench_labels.append
+    )
     return {
         "rank": ctx.rank,
         "per_rank": per_rank_digests,
@@ -63,6 +66,8 @@ def prepare_both_modes_and_denoise(recipe_path: str, workdir: str) -> dict[str, 
         "video": video,
         "audio": audio,
         "bench_labels": bench_labels,
+        "bench": bench,
+        "threads_after_bench": torch.get_num_threads(),
     }
 
 

@@ -69,6 +69,13 @@ def test_two_ranks_prepare_identical_inputs_and_denoise_in_parallel(tmp_path: Pa
     # `torchrun … bench` progress: the single-process labels, with the bench's modes as arms
     labels = ["warm-up 1/1 (per_rank)", "pair 1/1 (per_rank)", "pair 1/1 (host_shared)"]
     assert r0["bench_labels"] == labels and r1["bench_labels"] == labels
+    # `bench --encoder-threads 2` under torchrun: every rank's every request ran with 2 torch
+    # threads (the ranks start with 1), and each rank gets its own count back afterwards
+    assert r1["bench"] is None and r0["bench"]["threads"]["encoder_threads_flag"] == 2
+    assert r0["bench"]["threads"]["torch_intra_op_threads"] == 2
+    ran_with = [s["torch_threads"] for m in r0["bench"]["per_rank"].values() for p in m for s in p]
+    assert ran_with == [2] * 4  # 2 modes x 1 pair x 2 ranks
+    assert r0["threads_after_bench"] == 1 and r1["threads_after_bench"] == 1
 
 
 def test_a_failing_hung_or_dead_rank_fails_the_others_cleanly(tmp_path: Path) -> None:

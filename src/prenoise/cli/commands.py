@@ -440,11 +440,6 @@ def _command(name: str) -> Callable[[argparse.Namespace], int]:
     }[name]
 
 
-def _world_size() -> int:
-    """`WORLD_SIZE` set by `torchrun` (1 when unset): above 1, requests run distributed."""
-    return int(os.environ.get("WORLD_SIZE", "1"))
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `prenoise` console script; returns the exit status.
 
@@ -459,12 +454,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     debug = os.environ.get(DEBUG_ENV_VAR) == "1"  # until the command line is parsed
     restore = _nothing_to_restore
     try:
-        args = build_parser().parse_args(argv)
+        parser = build_parser()
+        args = parser.parse_args(argv)
         debug = debug or args.debug
         # uvicorn handles serve's signals itself (graceful shutdown).
         if args.command != "serve":
             restore = install_termination_handlers()
-        return _run(args)
+        return _run(args, parser)
     except _user_errors() as error:
         if debug:
             raise
@@ -501,17 +497,28 @@ def _nothing_to_restore() -> None:
     pass
 
 
-def _run(args: argparse.Namespace) -> int:
-    """Check the environment and the command's extras, then run the command."""
+def _run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """Check the environment, (under torchrun) the options the ranks honour and the command's
+    extras, then run the command."""
+    from prenoise.cli import torchrun_options
     from prenoise.guards.env import check_environment, env_choice
     from prenoise.noise import kernel
 
     env_choice(DEBUG_ENV_VAR, ("0", "1"), "0")  # an unknown value is a user error
     kernel.check_environment()
     check_environment()  # every PRENOISE_* variable, so a bad value never waits for first use
+    distributed = (
+        args.command in torchrun_options.DISTRIBUTED_COMMANDS and torchrun_options.under_torchrun()
+    )
+    if distributed:  # before the extras and any work: an option the ranks would not honour
+        refused = torchrun_options.refusal(parser, args)
+        if refused is not None:
+            if torchrun_options.print_rank():  # one line per host, not one per rank
+                sys.stderr.write(f"error: {refused}\n")
+            return EXIT_USAGE
     _require_extras(args)
     func = _command(args.command)
-    if args.command in ("generate", "verify", "bench") and _world_size() > 1:
+    if distributed:
         from prenoise.distributed.commands import run_distributed
 
         func = run_distributed

@@ -6,11 +6,14 @@ PREPARE spans plus request-thread `draw:`/`recompute:` spans) and its proportion
 (Pss, shared pages divided among the processes mapping them) sampled every 10 ms. Rank 0 sums the
 ranks per request: host CPU seconds, host drawing seconds, and the host's peak Pss (the sum over
 ranks on a common time grid) minus the host Pss just before the request. Modes alternate inside
-each pair (per_rank→host_shared, then host_shared→per_rank).
+each pair (per_rank→host_shared, then host_shared→per_rank). `encoder_threads` (`prenoise bench
+--encoder-threads`) sets every rank's torch intra-op threads for the bench, as in one process;
+each rank records the count it ran with (`torch_threads`), and the previous count comes back.
 """
 
 from __future__ import annotations
 
+import os
 import statistics
 import threading
 import time
@@ -18,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import torch
 import torch.distributed as dist
 
 from prenoise.distributed.request import ResolvedRequest
@@ -83,6 +87,7 @@ class RankSample:
     pss_before_bytes: int
     noise_private_bytes: int
     noise_shared_bytes: int
+    torch_threads: int
     pss_samples: list[tuple[float, int]]
 
 
@@ -114,8 +119,19 @@ def _one_request(
     private, shared = _held_noise(prepared)
     del prepared
     draw, wait, encode = _draw_seconds(tracer)
+    threads = torch.get_num_threads()
     return RankSample(
-        wall, cpu, draw, wait, encode, peak_rss_bytes(), before, private, shared, sampler.samples
+        wall,
+        cpu,
+        draw,
+        wait,
+        encode,
+        peak_rss_bytes(),
+        before,
+        private,
+        shared,
+        threads,
+        sampler.samples,
     )
 
 
@@ -175,13 +191,34 @@ def run_distributed_bench(
     pairs: int = 3,
     warmup: int = 1,
     arm: Arm = "overlapped",
+    encoder_threads: int | None = None,
     on_request: Callable[[str], None] | None = None,
 ) -> dict[str, Any] | None:
     """Run the warm-up and the alternating pairs (collective); the summary on rank 0, else None.
 
-    `on_request` hears each request's label as it starts, as the single-process bench says it:
-    `warm-up i/N (mode)`, `pair i/N (mode)`."""
+    `encoder_threads`: torch intra-op threads on every rank while the bench runs (None: leave
+    them). `on_request` hears each request's label as it starts, as the single-process bench says
+    it: `warm-up i/N (mode)`, `pair i/N (mode)`."""
+    previous_threads = torch.get_num_threads()
+    if encoder_threads is not None:
+        torch.set_num_threads(encoder_threads)
+    try:
+        return _bench(runner, request, pairs, warmup, arm, encoder_threads, on_request)
+    finally:
+        torch.set_num_threads(previous_threads)
+
+
+def _bench(
+    runner: DistributedRef2VA,
+    request: ResolvedRequest,
+    pairs: int,
+    warmup: int,
+    arm: Arm,
+    encoder_threads: int | None,
+    on_request: Callable[[str], None] | None,
+) -> dict[str, Any] | None:
     notify = on_request or (lambda _label: None)
+    threads = torch.get_num_threads()
     for i in range(warmup):
         notify(f"warm-up {i + 1}/{warmup} ({MODES[i % 2]})")
         _one_request(runner, request, MODES[i % 2], arm)
@@ -215,5 +252,10 @@ def run_distributed_bench(
         },
         "runs": rows,
         "per_rank": per_rank,
+        "threads": {
+            "torch_intra_op_threads": threads,
+            "encoder_threads_flag": encoder_threads,
+            "cpu_count": os.cpu_count(),
+        },
         "machine": machine_info(),
     }

@@ -6,6 +6,11 @@ the same stage names (`load models`, then the command's stages, denoise steps co
 stderr line per stage when stdout is not a terminal, a live line on one; other ranks and
 `--quiet` show none. The tables print after the progress ends, as in one process.
 
+Options the single process reads but this path does not implement (`generate
+--prepare-next-output`, `verify --pairs`, `bench --full`, `bench --trace-dir`) never reach it:
+`prenoise.cli.torchrun_options` refuses them before any work; every other option is read here or
+reaches the ranks in the broadcast recipe.
+
 Exit status: 0 success, 1 a failed check or a failed rank, 2 a user error (as the plain CLI).
 """
 
@@ -56,6 +61,11 @@ def _parallel(recipe: Recipe) -> ParallelConfig:
         raise RecipeError(f"recipe declares parallel.ranks={parallel.ranks}, WORLD_SIZE={world}")
     if parallel.text_encoder_tp > world:
         raise RecipeError(f"parallel.text_encoder_tp={parallel.text_encoder_tp} > {world} ranks")
+    if recipe.device.startswith("cuda:"):  # init_distributed would ignore the index
+        raise RecipeError(
+            f"device {recipe.device!r} is not supported under torchrun: each rank uses "
+            "cuda:LOCAL_RANK; set device cuda (--device cuda), or CUDA_VISIBLE_DEVICES"
+        )
     return parallel
 
 
@@ -156,7 +166,12 @@ def _bench(
     progress: CommandProgress,
 ) -> Report:
     summary = run_distributed_bench(
-        runner, request, pairs=args.pairs, warmup=args.warmup, on_request=progress.stage
+        runner,
+        request,
+        pairs=args.pairs,
+        warmup=args.warmup,
+        encoder_threads=args.encoder_threads,
+        on_request=progress.stage,
     )
 
     def report() -> int:
@@ -172,6 +187,7 @@ def _bench(
             cells = [f"{summary['medians'][m][key] / scale:.3f}" for m in summary["medians"]]
             table.add_row(key.replace("_bytes", "_MiB"), *cells)
         console.print(table)
+        console.print(f"threads (each rank): {summary['threads']}", soft_wrap=True)
         if args.json:
             write_atomic(args.json, json.dumps(summary, indent=2), what="--json")
             console.print(f"wrote {args.json}")

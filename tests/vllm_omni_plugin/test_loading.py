@@ -183,7 +183,7 @@ def test_refuses_to_wrap_another_plugins_patch(
     ("task", "extra", "vae_encoder", "reason"),
     [
         ("x2va", {}, True, "task 'x2va'"),
-        ("ref2va", {"continuation_prompts": ["a", "b"]}, True, "continuation"),
+        ("ref2va", {"continuation_prompts": ["a", "b"]}, True, "without continuation mode"),
         ("ref2va", {}, False, "encoder stage"),
     ],
 )

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import torch
 
-from prenoise.integrations.vllm_omni import h3_shapes, plugin, request, support
+from prenoise.integrations.vllm_omni import h3_seeds, h3_shapes, plugin, request, support
 from prenoise.integrations.vllm_omni.request import (
     ConditionKey,
     DrawRecord,
@@ -193,7 +193,12 @@ def test_prediction_events_are_the_executors(state: RequestPreparation) -> None:
     [
         ({"task": "x2va"}, {}, {}, "task 'x2va' (prepared ahead: ref2va, t2va, fl2va)"),
         ({"task": None}, {}, {}, "task None (prepared ahead: ref2va, t2va, fl2va)"),
-        ({}, {"extra_args": {"continuation_prompts": []}}, {}, "continuation request"),
+        (
+            {},
+            {"extra_args": {"continuation_prompts": []}},
+            {},
+            "continuation prompts without continuation mode (upstream refuses them)",
+        ),
         ({}, {}, {"load_vae_encoder": False}, "media conditioning comes from the encoder stage"),
     ],
 )
@@ -232,14 +237,20 @@ def test_upstreams_continuation_rule_decides_with_the_requests_arguments(
 
     def resolve(extra: Any, *, task: str, step_execution: bool) -> Any:
         calls.append((extra, task, step_execution))
-        return (1, 2)
+        return (107, 22)
 
     monkeypatch.setattr(upstream(), "resolve_continuation", resolve)
     extra = {"other": 1}
     pipeline = make_pipeline(od_config=SimpleNamespace(step_execution=1))
     with RequestPreparation(pipeline, make_sampling(extra_args=extra), PluginSettings()) as prep:
-        started(prep)
-        assert prep.skipped == "continuation request"
+        started(prep, num_frames=192)  # windows [0, 107) and [85, 192)
+        assert prep.skipped is None
+        # the first window's draws: 107 frames -> latent_t 32; audio 107 * 5 / 3 -> 178
+        assert prep._plans[SEED].initial == InitialNoiseKey(
+            SEED, 32, HEIGHT // 16, WIDTH // 16, 178
+        )
+        assert [keys[0].latent_t for keys in prep._plans[SEED].windows] == [32, 32]
+        assert prep._plans[SEED].windows[1][1].condition_shapes[-1] == (7, 4, 6)  # the guide
     assert calls == [(extra, "ref2va", True)]
     assert type(calls[0][2]) is bool
 
@@ -552,11 +563,11 @@ def test_an_unstarted_request_prepares_no_next_output() -> None:
 
 def test_an_invalid_output_count_is_one(monkeypatch: pytest.MonkeyPatch) -> None:
     """Upstream rejects the request later with its own error; prenoise plans one output."""
-    assert request._num_outputs(make_sampling(num_outputs_per_prompt=11)) == 1
-    assert request._num_outputs(make_sampling(num_outputs_per_prompt=np.int64(4))) == 4
-    assert type(request._num_outputs(make_sampling(num_outputs_per_prompt=np.int64(4)))) is int
+    assert h3_seeds.num_outputs(make_sampling(num_outputs_per_prompt=11)) == 1
+    assert h3_seeds.num_outputs(make_sampling(num_outputs_per_prompt=np.int64(4))) == 4
+    assert type(h3_seeds.num_outputs(make_sampling(num_outputs_per_prompt=np.int64(4)))) is int
     monkeypatch.setattr(upstream(), "_resolve_minimax_h3_num_outputs", lambda value: 3.0)
-    assert type(request._num_outputs(make_sampling())) is int
+    assert type(h3_seeds.num_outputs(make_sampling())) is int
 
 
 # -- several ranks --------------------------------------------------------------------------------
@@ -606,7 +617,7 @@ def test_rank_zero_broadcasts_its_first_output_plan_once(ranks: Any) -> None:
         started(prep)
         prep.share_plan()
         prep.share_plan()
-    assert fake.broadcasts == [([(INITIAL, CONDITION, 2, UPSTREAM_FIRST)], 0, fake.group)]
+    assert fake.broadcasts == [([(INITIAL, CONDITION, 2, UPSTREAM_FIRST, ())], 0, fake.group)]
 
 
 def test_an_unprepared_rank_zero_broadcasts_none(state: RequestPreparation, ranks: Any) -> None:
@@ -617,7 +628,7 @@ def test_an_unprepared_rank_zero_broadcasts_none(state: RequestPreparation, rank
 
 
 def test_another_rank_prepares_rank_zeros_plan(ranks: Any) -> None:
-    fake = ranks(1, 2, sent=[(INITIAL, CONDITION, 3, False)])
+    fake = ranks(1, 2, sent=[(INITIAL, CONDITION, 3, False, ())])
     with next_output_state(1) as prep:  # this rank's own request says nothing
         prep.share_plan()
         assert fake.broadcasts == [([None], 0, fake.group)]
@@ -633,7 +644,7 @@ def test_another_rank_prepares_rank_zeros_plan(ranks: Any) -> None:
 def test_another_rank_with_its_own_plan_or_no_payload_keeps_it(
     state: RequestPreparation, ranks: Any
 ) -> None:
-    ranks(1, 2, sent=[(InitialNoiseKey(99, 1, 2, 2, 1), None, 1, False)])
+    ranks(1, 2, sent=[(InitialNoiseKey(99, 1, 2, 2, 1), None, 1, False, ())])
     started(state)
     state.share_plan()
     assert list(state._plans) == [SEED]

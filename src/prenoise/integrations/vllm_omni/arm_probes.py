@@ -1,7 +1,8 @@
 """What one arm of `vllm-omni-verify` computed: `ArmProbes` records it, `ArmResult` holds it.
 
 `ArmProbes` wraps, outermost and only while entered, upstream's `_build_denoise_inputs`,
-`_initial_noise` and its two condition-noise functions, and records per output seed what the
+`_initial_noise` and its two condition-noise functions, and records per output seed and pass
+(the k-th `_initial_noise` of an output: a continuation window, or 0.31's refine pass) what the
 pipeline consumed: the noise fields (`NOISE_FIELDS`, plus `AUDIO_CONDITION` when upstream's
 audio mix draws), everything `_build_denoise_inputs` returned (walked by `ComparableCopy`),
 the thread each noise tensor was drawn on, and how many draws were made serially. The
@@ -21,7 +22,7 @@ import torch
 
 from prenoise.integrations.vllm_omni import plugin
 from prenoise.integrations.vllm_omni.comparable import ComparableCopy
-from prenoise.integrations.vllm_omni.request import DrawRecord, current_request
+from prenoise.integrations.vllm_omni.request import DrawRecord, current_request, record_name
 from prenoise.integrations.vllm_omni.settings import PluginSettings
 from prenoise.noise.stream_mode import draws_in_stream
 from prenoise.noise.streams import NATIVE
@@ -51,9 +52,9 @@ class ArmResult:
     """True if the plugin's `forward` wrapper opened a request preparation (plugin on)."""
     settings: PluginSettings | None = None
     """The settings the plugin's request preparation ran with (None: it opened none)."""
-    consumed: list[tuple[str, int]] = field(default_factory=list)
-    """`(noise field, seed)` for each noise the pipeline consumed, in order (the condition noise
-    only when upstream's mix needs a draw, i.e. `noise_aug` is not 1)."""
+    consumed: list[tuple[str, int, int]] = field(default_factory=list)
+    """`(noise field, seed, pass)` for each noise the pipeline consumed, in order (the condition
+    noise only when upstream's mix needs a draw, i.e. `noise_aug` is not 1)."""
     forward_thread: str = ""
     """The thread `forward` ran on (prepared noise must have been drawn on another)."""
     plugin_enabled: bool = True
@@ -78,12 +79,14 @@ class ArmResult:
     @property
     def output_seeds(self) -> list[int]:
         """The output seeds in the order the pipeline drew for them."""
-        return list(dict.fromkeys(seed for _, seed in self.consumed))
+        return list(dict.fromkeys(seed for _, seed, _ in self.consumed))
 
 
-def field_prefix(index: int) -> str:
-    """Field-name prefix of output `index` (none for the first)."""
-    return "" if index == 0 else f"output{index}."
+def field_prefix(index: int, window: int = 0) -> str:
+    """Field-name prefix of output `index`'s pass `window` (none for the first output's first
+    pass): `output1.`, `pass1.`, `output1.pass2.`."""
+    output = "" if index == 0 else f"output{index}."
+    return output if window == 0 else f"{output}pass{window}."
 
 
 def _plugin_enabled() -> bool:
@@ -103,13 +106,15 @@ class ArmProbes(contextlib.AbstractContextManager["ArmProbes"]):
     def __init__(self, stream: str = NATIVE) -> None:
         self.stream = stream
         self.serial_draws = 0
-        self.audio_calls: dict[int, dict[str, Any]] = {}
-        self.per_seed: dict[int, dict[str, Any]] = {}
-        self.uncompared: dict[int, list[str]] = {}
-        self.drawn_on: dict[int, dict[str, str]] = {}
-        self.prepared: dict[tuple[str, int], torch.Tensor] = {}
-        self.condition_calls: dict[int, dict[str, Any]] = {}
-        self.consumed: list[tuple[str, int]] = []
+        # keyed by (output seed, pass): `_initial_noise` calls so far for the seed, less one
+        self.passes: dict[int, int] = {}
+        self.audio_calls: dict[tuple[int, int], dict[str, Any]] = {}
+        self.per_seed: dict[tuple[int, int], dict[str, Any]] = {}
+        self.uncompared: dict[tuple[int, int], list[str]] = {}
+        self.drawn_on: dict[tuple[int, int], dict[str, str]] = {}
+        self.prepared: dict[tuple[str, int, int], torch.Tensor] = {}
+        self.condition_calls: dict[tuple[int, int], dict[str, Any]] = {}
+        self.consumed: list[tuple[str, int, int]] = []
         self.geometry: dict[str, Any] = {}
         self.seeds: list[int] = []
         self.upstream_ahead: set[tuple[str, int]] = set()
@@ -120,7 +125,12 @@ class ArmProbes(contextlib.AbstractContextManager["ArmProbes"]):
         self._stack = contextlib.ExitStack()
 
     def on_prepared(self, name: str, seed: int, tensor: torch.Tensor) -> None:
-        self.prepared[(name, seed)] = tensor
+        field_name, _, window = name.partition("#")  # `record_name`'s window suffix
+        self.prepared[(field_name, seed, int(window or 0))] = tensor
+
+    def at(self, seed: int) -> tuple[int, int]:
+        """The key of the pass of output `seed` running now."""
+        return seed, max(0, self.passes.get(seed, 0) - 1)
 
     def __enter__(self) -> ArmProbes:
         from vllm_omni.diffusion.models.minimax_h3 import pipeline_minimax_h3 as upstream
@@ -132,35 +142,37 @@ class ArmProbes(contextlib.AbstractContextManager["ArmProbes"]):
         ahead_condition = getattr(upstream, "minimax_h3_imgvid_cond_noise_rows", None)
         probes = self
 
-        def used(name: str, seed: int) -> bool:
+        def used(name: str, at: tuple[int, int]) -> bool:
             state = current_request()
-            record = state.records.get(f"{name}@{seed}") if state is not None else None
+            record = state.records.get(record_name(name, *at)) if state is not None else None
             return record is not None and record.used
 
         def build_probe(pipe: Any, **kwargs: Any) -> dict[str, Any]:
             # (on the request's thread: 0.32.0rc1 may draw every `_initial_noise` on its own)
             probes.request_state = probes.request_state or current_request()
             inputs = build(pipe, **kwargs)
-            seed = int(kwargs["seed"])
+            at = probes.at(int(kwargs["seed"]))
             walk = ComparableCopy()
-            probes.per_seed.setdefault(seed, {})["denoise"] = walk.fields(inputs, "denoise")
-            probes.uncompared[seed] = walk.uncompared
+            probes.per_seed.setdefault(at, {})["denoise"] = walk.fields(inputs, "denoise")
+            probes.uncompared[at] = walk.uncompared
             return inputs
 
         def initial_probe(pipe: Any, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
             probes.request_state = probes.request_state or current_request()
             video, audio = initial(pipe, **kwargs)
             seed = int(kwargs["seed"])
+            probes.passes[seed] = probes.passes.get(seed, 0) + 1
+            at = probes.at(seed)
             names = ("initial_video_noise", "initial_audio_noise")
-            probes.serial_draws += sum(not used(name, seed) for name in names)
+            probes.serial_draws += sum(not used(name, at) for name in names)
             if threading.current_thread().name != probes.forward_thread:
-                probes.upstream_ahead.update((name, seed) for name in names if not used(name, seed))
+                probes.upstream_ahead.update((name, seed) for name in names if not used(name, at))
             probes.seeds.append(seed)
-            probes.consumed += [("initial_video_noise", seed), ("initial_audio_noise", seed)]
-            entry = probes.per_seed.setdefault(seed, {})
+            probes.consumed += [(name, *at) for name in names]
+            entry = probes.per_seed.setdefault(at, {})
             entry["initial_video_noise"], entry["initial_audio_noise"] = video, audio
             thread = threading.current_thread().name
-            probes.drawn_on.setdefault(seed, {}).update(
+            probes.drawn_on.setdefault(at, {}).update(
                 initial_video_noise=thread, initial_audio_noise=thread
             )
             if not probes.geometry:
@@ -169,13 +181,14 @@ class ArmProbes(contextlib.AbstractContextManager["ArmProbes"]):
 
         def condition_probe(clean_rows: torch.Tensor, **kwargs: Any) -> torch.Tensor:
             seed = int(kwargs["seed"])
-            probes.condition_calls[seed] = {"clean_rows": clean_rows, **kwargs}
+            at = probes.at(seed)
+            probes.condition_calls[at] = {"clean_rows": clean_rows, **kwargs}
             ahead = kwargs.get("precomputed_noise_rows") is not None  # upstream's own draw
             if kwargs.get("guided") is True:
                 probes.guided.add(seed)
             if _draws_condition_noise(kwargs.get("noise_aug")):
-                probes.consumed.append(("visual_condition_noise", seed))
-            threads = probes.drawn_on.setdefault(seed, {})
+                probes.consumed.append(("visual_condition_noise", *at))
+            threads = probes.drawn_on.setdefault(at, {})
             if not ahead:
                 threads["visual_condition_noise"] = threading.current_thread().name
             probes.geometry.setdefault(
@@ -185,7 +198,7 @@ class ArmProbes(contextlib.AbstractContextManager["ArmProbes"]):
             if (
                 _draws_condition_noise(kwargs.get("noise_aug"))
                 and not ahead
-                and not used(NOISE_FIELDS[2], seed)
+                and not used(NOISE_FIELDS[2], at)
             ):
                 probes.serial_draws += len(kwargs["condition_shapes"])
             return rows
@@ -197,13 +210,14 @@ class ArmProbes(contextlib.AbstractContextManager["ArmProbes"]):
             probes.serial_draws += len(kwargs["condition_shapes"])
             probes.upstream_ahead.add(("visual_condition_noise", seed))
             thread = threading.current_thread().name
-            probes.drawn_on.setdefault(seed, {})["visual_condition_noise"] = thread
+            probes.drawn_on.setdefault(probes.at(seed), {})["visual_condition_noise"] = thread
             return rows
 
         def audio_condition_probe(clean_rows: torch.Tensor, **kwargs: Any) -> torch.Tensor:
             rows = audio_condition(clean_rows, **kwargs)
             if _draws_condition_noise(kwargs.get("noise_aug")):  # never prepared ahead
-                probes.audio_calls[int(kwargs["seed"])] = {"clean_rows": clean_rows, **kwargs}
+                at = probes.at(int(kwargs["seed"]))
+                probes.audio_calls[at] = {"clean_rows": clean_rows, **kwargs}
                 probes.serial_draws += len(kwargs["condition_audio_t"])
             return rows
 
@@ -230,32 +244,37 @@ class ArmProbes(contextlib.AbstractContextManager["ArmProbes"]):
         fields: dict[str, Any] = {}
         drawn_on: dict[str, str] = {}
         uncompared: list[str] = []
-        for index, seed in enumerate(dict.fromkeys(self.seeds)):
-            prefix = field_prefix(index)
-            entry = self.per_seed.get(seed, {})
-            threads = self.drawn_on.get(seed, {})
+        passes = [
+            (index, (seed, window))
+            for index, seed in enumerate(dict.fromkeys(self.seeds))
+            for window in range(max(1, self.passes.get(seed, 0)))
+        ]
+        for index, at in passes:
+            prefix = field_prefix(index, at[1])
+            entry = self.per_seed.get(at, {})
+            threads = self.drawn_on.get(at, {})
             for name in NOISE_FIELDS:
-                record = records.get(f"{name}@{seed}")
+                record = records.get(record_name(name, *at))
                 used = record is not None and record.used
                 if name == "visual_condition_noise":
-                    tensor = self.prepared.get((name, seed)) if used else None
-                    if tensor is None and seed in self.condition_calls:
+                    tensor = self.prepared.get((name, *at)) if used else None
+                    if tensor is None and at in self.condition_calls:
                         with draws_in_stream(self.stream):
-                            tensor = _upstream_condition_draw(self.condition_calls[seed])
+                            tensor = _upstream_condition_draw(self.condition_calls[at])
                     if tensor is None:
                         continue
                 else:
                     tensor = entry.get(name)
                 fields[prefix + name] = tensor
                 drawn_on[prefix + name] = record.thread if used and record else threads[name]
-            if seed in self.audio_calls:
+            if at in self.audio_calls:
                 with draws_in_stream(self.stream):
                     fields[prefix + AUDIO_CONDITION] = _upstream_condition_draw(
-                        self.audio_calls[seed], "minimax_h3_audio_cond_noise_aug_rows"
+                        self.audio_calls[at], "minimax_h3_audio_cond_noise_aug_rows"
                     )
             for key, value in entry.get("denoise", {}).items():
                 fields[prefix + key] = value
-            uncompared += [prefix + u for u in self.uncompared.get(seed, [])]
+            uncompared += [prefix + u for u in self.uncompared.get(at, [])]
         video, audio = output.output  # what forward returned: every output, decoded
         fields["decoded.video"], fields["decoded.audio"] = video, audio
         return ArmResult(

@@ -29,12 +29,12 @@ from typing import Any, TypeVar
 
 from prenoise.guards.path_checks import not_a_file, path_problem
 from prenoise.integrations.vllm_omni.h3_request import H3Request
+from prenoise.integrations.vllm_omni.h3_seeds import TORCH_SEED_MAX, TORCH_SEED_MIN, torch_seed
 from prenoise.integrations.vllm_omni.reference_kinds import (
     ReferenceKind,
     VerifyInputError,
     reference_kind,
 )
-from prenoise.integrations.vllm_omni.request import TORCH_SEED_MAX, TORCH_SEED_MIN, torch_seed
 from prenoise.integrations.vllm_omni.settings import ENABLE_ENV, PluginSettings, SettingsError
 
 __all__ = [

@@ -3,7 +3,8 @@
 `RequestPreparation` is opened around `MiniMaxH3Pipeline.forward` (see `plugin`). When the
 request's media plan is known (`prepare_encoder_inputs` returned, the text encoder has not run),
 `start` submits the first output's initial video/audio noise and visual-condition noise to a
-request-owned `PreparationExecutor` (Ref2VA, T2VA and FL2VA requests without continuation).
+request-owned `PreparationExecutor` (Ref2VA, T2VA and FL2VA requests; for a Ref2VA continuation
+request its first window's, see `h3_continuation`).
 `_initial_noise` and the condition-noise function then take what was prepared — only when the
 pipeline's actual arguments equal the prediction — and otherwise run upstream's serial code
 unchanged (or raise, with `on_mismatch=raise`).
@@ -13,7 +14,9 @@ Never drawn twice: where upstream draws a Ref2VA request's first output ahead it
 it but what upstream still draws serially: a timeline-guided request's condition rows (the
 `guided` recipe: `(rows, 96)` per condition, each from a generator seeded with the output seed).
 The next output (`PRENOISE_VLLM_OMNI_PREPARE_NEXT_OUTPUT=1`) is prepared when upstream's
-condition mix of this one starts, as after a take.
+condition mix of this one starts, as after a take; with the same setting a continuation request's
+next window is prepared when this window took its noise (upstream draws no continuation ahead
+itself on any release).
 
 Bitwise guarantee: the prepared tensors are the draws of the Ref2VA contract
 (`prenoise.ref2va.noise`), identical in values, shape, dtype, device and strides to upstream's
@@ -41,11 +44,23 @@ import torch
 
 from prenoise.guards.cancel import CancelEvent
 from prenoise.integrations.vllm_omni import support
+from prenoise.integrations.vllm_omni.h3_continuation import (
+    WindowDraws,
+    continuation_draws,
+    resolved_continuation,
+)
+from prenoise.integrations.vllm_omni.h3_keys import (
+    ConditionKey,
+    DrawRecord,
+    InitialNoiseKey,
+    record_name,
+)
 from prenoise.integrations.vllm_omni.h3_mix import (
     mix_condition_rows,
     mix_guided_rows,
     serve_condition_rows,
 )
+from prenoise.integrations.vllm_omni.h3_seeds import num_outputs, request_seed, torch_seed
 from prenoise.integrations.vllm_omni.h3_shapes import (
     guided_condition_streams,
     predict_condition_shapes,
@@ -55,7 +70,7 @@ from prenoise.integrations.vllm_omni.settings import PluginSettings
 from prenoise.preparation.draws import run_stream
 from prenoise.preparation.executor import PreparationExecutor
 from prenoise.preparation.prediction import PredictionEvent
-from prenoise.ref2va.noise import LatentShape, condition_streams, initial_noise_streams
+from prenoise.ref2va.noise import condition_streams, initial_noise_streams
 
 __all__ = [
     "ConditionKey",
@@ -69,6 +84,7 @@ __all__ = [
     "observe_draws",
     "predict_condition_shapes",
     "predict_guided_shapes",
+    "record_name",
     "serve_condition_rows",
 ]
 
@@ -83,58 +99,6 @@ _open_lock = threading.Lock()
 PREPARED_TASKS = ("ref2va", "t2va", "fl2va")
 
 VIDEO, AUDIO, CONDITION = "initial_video_noise", "initial_audio_noise", "visual_condition_noise"
-
-
-@dataclass(frozen=True)
-class InitialNoiseKey:
-    """The `_initial_noise` arguments the initial noise was drawn for."""
-
-    seed: int
-    latent_t: int
-    latent_h: int
-    latent_w: int
-    audio_t: int
-
-
-@dataclass(frozen=True)
-class ConditionKey:
-    """The condition-noise arguments the visual-condition noise was drawn for."""
-
-    seed: int
-    target_latent_t: int
-    condition_shapes: tuple[LatentShape, ...]
-    guided: bool = False
-    """The `guided` recipe (0.32.0rc1's timeline-guided requests): `(rows, 96)` per condition."""
-
-
-@dataclass(frozen=True)
-class DrawRecord:
-    """Where and when one prepared tensor was drawn, and when the pipeline asked for it."""
-
-    name: str
-    seed: int
-    thread: str
-    started: float
-    finished: float
-    requested: float | None = None
-    used: bool = False
-    """False when the pipeline's actual arguments differed and upstream's serial code ran."""
-    taken: float | None = None
-    """When `take` returned on the request thread (`taken - requested` is the wait)."""
-
-    @property
-    def waited(self) -> float:
-        """Seconds the request thread blocked for this draw (0 before it was taken)."""
-        if self.requested is None or self.taken is None:
-            return 0.0
-        return max(0.0, self.taken - self.requested)
-
-    @property
-    def off_request_thread(self) -> float:
-        """Seconds of drawing the request thread did not spend: the draw, less the wait."""
-        if not self.used:
-            return 0.0
-        return max(0.0, (self.finished - self.started) - self.waited)
 
 
 def current_request() -> RequestPreparation | None:
@@ -180,6 +144,9 @@ class observe_draws:
         _observers.remove(self.observer)
 
 
+_Keys = tuple[InitialNoiseKey, ConditionKey | None]
+
+
 @dataclass
 class _Plan:
     """What was submitted for one output seed."""
@@ -190,6 +157,10 @@ class _Plan:
     upstream: bool = False
     """Upstream draws this output's initial noise ahead itself (and its dependent-recipe
     condition noise); prenoise submitted only what upstream draws serially."""
+    windows: tuple[_Keys, ...] = ()
+    """A continuation request: every window's keys for this output (`initial`/`condition` are
+    window `window`'s)."""
+    window: int = 0
 
 
 class RequestPreparation:
@@ -216,6 +187,7 @@ class RequestPreparation:
         self._first_seed: int | None = None
         self._upstream_first = False  # upstream draws the first output ahead itself (0.32)
         self._num_outputs = 1
+        self._continuation: tuple[int, int] | None = None  # (window, overlap) frames
         self._token: contextvars.Token[RequestPreparation | None] | None = None
         self._lock = threading.Lock()
         self.serial_streamed = 0
@@ -321,14 +293,14 @@ class RequestPreparation:
     def _plan_first_output(self, prepared: Any) -> str | None:
         """Submit the first output's draws; a reason instead when upstream must draw them."""
         media = prepared.media
-        seed = _request_seed(self.sampling)
+        seed = request_seed(self.sampling)
         if seed is None:
             return f"seed {self.sampling.seed!r} is not an integer (upstream decides)"
-        num_outputs = _num_outputs(self.sampling)
-        if torch_seed(seed) is None or torch_seed(seed + num_outputs - 1) is None:
+        outputs = num_outputs(self.sampling)
+        if torch_seed(seed) is None or torch_seed(seed + outputs - 1) is None:
             return f"seed {seed} is outside torch's seed range (upstream decides)"
         self._first_seed = seed
-        self._num_outputs = num_outputs
+        self._num_outputs = outputs
         initial = InitialNoiseKey(
             seed, int(media.latent_t), media.height // 16, media.width // 16, int(media.audio_t)
         )
@@ -338,6 +310,25 @@ class RequestPreparation:
         else:
             shapes = predict_condition_shapes(self.pipeline, media)
         condition = ConditionKey(seed, initial.latent_t, shapes, bool(guides)) if shapes else None
+        if self._continuation is not None:
+            if shapes is None:
+                return "the video VAE does not expose its alignment methods (continuation)"
+            window, overlap = self._continuation
+            windows = _window_keys(
+                seed,
+                continuation_draws(
+                    int(media.num_frames),
+                    window,
+                    overlap,
+                    initial.latent_h,
+                    initial.latent_w,
+                    shapes,
+                ),
+                initial.latent_h,
+                initial.latent_w,
+            )
+            self._submit(*windows[0], windows=windows)  # upstream draws no continuation ahead
+            return None
         # never twice: upstream draws this Ref2VA output's initial noise ahead (and, without
         # guides, its condition noise); prenoise draws what upstream still draws serially
         upstream = self.code.upstream_prepares_ref2va and media.task == "ref2va"
@@ -364,17 +355,17 @@ class RequestPreparation:
         first = self._plans.get(self._first_seed) if self._first_seed is not None else None
         payload: list[Any] = [None]
         if rank == 0 and first is not None:
-            payload = [(first.initial, first.condition, self._num_outputs, first.upstream)]
+            payload = [
+                (first.initial, first.condition, self._num_outputs, first.upstream, first.windows)
+            ]
         torch.distributed.broadcast_object_list(payload, src=0, group=group)
         if rank != 0 and payload[0] is not None and not self._plans:
-            initial, condition, self._num_outputs, upstream_first = payload[0]
+            initial, condition, self._num_outputs, upstream_first, windows = payload[0]
             self._first_seed = initial.seed
             self._upstream_first = upstream_first
-            self._submit(initial, condition, upstream=upstream_first)
+            self._submit(initial, condition, upstream=upstream_first, windows=windows)
 
     def _ineligible(self, prepared: Any) -> str | None:
-        from vllm_omni.diffusion.models.minimax_h3 import pipeline_minimax_h3 as upstream
-
         if not self.code.h3_ahead:
             problem = self.code.problems[support.H3_AHEAD_PATH]
             return f"this vllm-omni's {problem.split(' (', 1)[0]} is not the reviewed code"
@@ -382,23 +373,29 @@ class RequestPreparation:
         if task not in PREPARED_TASKS:
             return f"task {task!r} (prepared ahead: {', '.join(PREPARED_TASKS)})"
         extra = getattr(self.sampling, "extra_args", None) or {}
-        if extra.get("continuation_prompts") is not None:
-            return "continuation request"
-        step_execution = bool(getattr(self.pipeline.od_config, "step_execution", False))
-        if task == "ref2va" and upstream.resolve_continuation(
-            extra, task=task, step_execution=step_execution
-        ):
-            return "continuation request"
+        if task == "ref2va":
+            self._continuation = resolved_continuation(self.pipeline, self.sampling, task)
+        if extra.get("continuation_prompts") is not None and self._continuation is None:
+            return "continuation prompts without continuation mode (upstream refuses them)"
+        if self._continuation is not None and getattr(prepared.media, "timeline_guides", None):
+            return "continuation request with timeline guides"
         if not getattr(self.pipeline, "load_vae_encoder", True):
             return "media conditioning comes from the encoder stage"
         return None
 
     def _submit(
-        self, initial: InitialNoiseKey, condition: ConditionKey | None, *, upstream: bool = False
+        self,
+        initial: InitialNoiseKey,
+        condition: ConditionKey | None,
+        *,
+        upstream: bool = False,
+        windows: tuple[_Keys, ...] = (),
+        window: int = 0,
     ) -> None:
-        """Submit an output's draws; with `upstream`, only what upstream does not draw ahead
-        itself (a guided request's condition rows)."""
-        plan = _Plan(initial, condition, upstream=upstream)
+        """Submit an output's draws (a continuation request: window `window` of `windows`);
+        with `upstream`, only what upstream does not draw ahead itself (a guided request's
+        condition rows)."""
+        plan = _Plan(initial, condition, upstream=upstream, windows=windows, window=window)
         seed = torch_seed(initial.seed)
         assert seed is not None  # checked for every output seed when the request was planned
         stream = self.settings.noise_stream  # the worker draws in the request's noise stream
@@ -428,7 +425,7 @@ class RequestPreparation:
                 )
             jobs.append((CONDITION, lambda: _concat_streams(streams, cancel), condition))
         for field_name, draw, key in jobs:
-            name = f"{field_name}@{initial.seed}"
+            name = record_name(field_name, initial.seed, window)
             plan.names[field_name] = name
             self.executor.submit(name, self._recorded(name, initial.seed, draw), predicted=key)
         self._plans[initial.seed] = plan
@@ -507,18 +504,27 @@ class RequestPreparation:
         return tensor
 
     def _finish_output(self, plan: _Plan, confirmed: ConditionKey | None = None) -> None:
-        """After output `seed` took its noise: optionally prepare output `seed + 1` now."""
+        """After output `seed` (or a window of it) took its noise: optionally prepare the next
+        window, else output `seed + 1`, now."""
         seed = plan.initial.seed
         if plan.names:
             return
         self._plans.pop(seed, None)
         if not self.settings.prepare_next_output or self._first_seed is None:
             return
+        if plan.window + 1 < len(plan.windows):
+            window = plan.window + 1
+            self._submit(*plan.windows[window], windows=plan.windows, window=window)
+            return
         next_seed = seed + 1
         if next_seed >= self._first_seed + self._num_outputs or next_seed in self._plans:
             return
         if torch_seed(next_seed) is None:
             return  # upstream raises for it
+        if plan.windows:  # a continuation request: the next output's windows, from the first
+            windows = tuple(_with_seed(keys, next_seed) for keys in plan.windows)
+            self._submit(*windows[0], windows=windows)
+            return
         shapes = confirmed.condition_shapes if confirmed is not None else None
         if plan.condition is not None and shapes is None:
             return  # the condition shapes were not confirmed: leave the next output serial
@@ -527,6 +533,24 @@ class RequestPreparation:
         if confirmed is not None and shapes:
             condition = ConditionKey(next_seed, initial.latent_t, shapes, confirmed.guided)
         self._submit(initial, condition)
+
+
+def _window_keys(
+    seed: int, windows: Sequence[WindowDraws], latent_h: int, latent_w: int
+) -> tuple[_Keys, ...]:
+    """Each continuation window's keys (`_initial_noise`'s and the condition call's)."""
+    keys: list[_Keys] = []
+    for window in windows:
+        initial = InitialNoiseKey(seed, window.latent_t, latent_h, latent_w, window.audio_t)
+        shapes = window.condition_shapes
+        keys.append((initial, ConditionKey(seed, window.latent_t, shapes) if shapes else None))
+    return tuple(keys)
+
+
+def _with_seed(keys: _Keys, seed: int) -> _Keys:
+    initial, condition = keys
+    moved = dataclasses.replace(condition, seed=seed) if condition is not None else None
+    return dataclasses.replace(initial, seed=seed), moved
 
 
 def _serial() -> None:
@@ -541,40 +565,3 @@ def _dims(key: InitialNoiseKey) -> tuple[int, int, int, int]:
 def _concat_streams(streams: Sequence[Any], cancel: CancelEvent) -> torch.Tensor:
     parts = [tensor for stream in streams for tensor in run_stream(stream, cancel=cancel).values()]
     return parts[0] if len(parts) == 1 else torch.cat(parts)
-
-
-TORCH_SEED_MIN = -(2**63)
-TORCH_SEED_MAX = 2**64 - 1
-
-
-def torch_seed(seed: int) -> int | None:
-    """The seed `torch.Generator.manual_seed(seed)` really uses, or None where it raises.
-
-    torch takes `-2^63 … 2^64 − 1` and maps a negative `s` to `2^64 + s` (vLLM-Omni's API
-    accepts any int64 seed, and H3 seeds its generators with it unchanged): preparing ahead with
-    the mapped seed draws exactly upstream's noise. Outside that range upstream's own
-    `manual_seed` raises, so the request is left to upstream.
-    """
-    if not TORCH_SEED_MIN <= seed <= TORCH_SEED_MAX:
-        return None
-    return seed % 2**64
-
-
-def _request_seed(sampling: Any) -> int | None:
-    # Upstream's rule (`_prepare_request_inputs`: `int(sampling.seed if not None else 42)`); a
-    # different seed at consumption time is a mismatch like any other, never different noise.
-    # A seed `int()` refuses is upstream's to reject (None: prenoise prepares nothing).
-    seed = getattr(sampling, "seed", None)
-    try:
-        return int(seed if seed is not None else 42)
-    except (TypeError, ValueError, OverflowError):
-        return None
-
-
-def _num_outputs(sampling: Any) -> int:
-    from vllm_omni.diffusion.models.minimax_h3 import pipeline_minimax_h3 as upstream
-
-    try:
-        return int(upstream._resolve_minimax_h3_num_outputs(sampling.num_outputs_per_prompt))
-    except Exception:
-        return 1  # upstream rejects the request later with its own error

@@ -110,6 +110,11 @@ REVIEWED: dict[str, dict[str, tuple[str, ...]]] = {
     _ENC + "prepare_encoder_inputs": {"3b69c874468f": _V30_31, "9ae3a958e46b": _V32},
     _ENC + "encode_media": {"bb9eb4538b20": _V30_31, "6ee0239e71a5": _V32},
     _H3 + "continuation:resolve_continuation": {"207be1e7297b": _ALL},
+    _H3 + "continuation:plan_continuation_windows": {"d7158e7e28ae": _ALL},
+    _H3 + "continuation:diffuse_continuation": {"b6aaa7a6b54a": _ALL},
+    _H3 + "continuation:_video_t": {"573945a2416d": _ALL},
+    _H3 + "continuation:_audio_t": {"9e917fc87c54": _ALL},
+    _H3 + "continuation:ContinuationWindow": {"81893a3b7de9": _ALL},
     _H3 + "packed_tokens:minimax_h3_patchify_video_latent": {"45147f3282aa": _ALL},
     _VAE + "MiniMaxH3VideoVAE._stream_prepare_video_tensor": {
         "567e87191b6a": _V30_31,
@@ -158,6 +163,11 @@ H3_AHEAD: tuple[str, ...] = (
     _ENC + "prepare_encoder_inputs",
     _ENC + "encode_media",
     _H3 + "continuation:resolve_continuation",
+    _H3 + "continuation:plan_continuation_windows",
+    _H3 + "continuation:diffuse_continuation",
+    _H3 + "continuation:_video_t",
+    _H3 + "continuation:_audio_t",
+    _H3 + "continuation:ContinuationWindow",
     _H3 + "packed_tokens:minimax_h3_patchify_video_latent",
     _VAE + "MiniMaxH3VideoVAE._stream_prepare_video_tensor",
     _VAE + "MiniMaxH3VideoVAE._stream_video_prep_metadata",
@@ -166,7 +176,8 @@ H3_AHEAD: tuple[str, ...] = (
 )
 """MiniMax-H3's noise drawn ahead by prenoise: the stream path's functions, and those whose
 behaviour the prediction and the hand-over reason about (the media plan, the encoded condition
-shapes and their order, the output seeds, the multi-rank broadcast point, continuation)."""
+shapes and their order, the output seeds, the multi-rank broadcast point, continuation windows
+and what each draws)."""
 
 WAN_AHEAD: tuple[str, ...] = (_WAN + "forward", _WAN + "prepare_latents")
 """Wan2.2 T2V's initial latents drawn ahead: `wan_ahead` predicts `prepare_latents`' one draw

@@ -25,7 +25,8 @@ MISMATCH_ENV = "PRENOISE_VLLM_OMNI_ON_MISMATCH"
 """`serial` (default): a shape the prediction missed runs upstream's serial draw, logged;
 `raise`: it raises `PredictionMismatchError`."""
 NEXT_OUTPUT_ENV = "PRENOISE_VLLM_OMNI_PREPARE_NEXT_OUTPUT"
-"""`1`: draw output i+1's noise while output i denoises (same bits); `0` or unset: serial."""
+"""`1`: draw output i+1's noise while output i denoises, and a continuation request's window
+k+1's while window k denoises (same bits); `0` or unset: serial."""
 
 NOISE_STREAM_ENV = "PRENOISE_VLLM_OMNI_NOISE_STREAM"
 """`native` (default): every draw is local torch's, bit-identical to upstream; `x86` or `libm`:

@@ -53,7 +53,7 @@ from prenoise.integrations.vllm_omni.arm_probes import (
     field_prefix,
 )
 from prenoise.integrations.vllm_omni.h3_request import H3Request
-from prenoise.integrations.vllm_omni.request import observe_draws
+from prenoise.integrations.vllm_omni.request import observe_draws, record_name
 from prenoise.integrations.vllm_omni.settings import (
     ENABLE_ENV,
     PluginSettings,
@@ -344,11 +344,11 @@ def _not_prepared_reasons(arm: ArmResult) -> list[str]:
     in_scope = set(seeds if prepare_all else seeds[:1])
     records = {record.name: record for record in arm.records}
     reasons += [f"prediction mismatch: {event}" for event in arm.prediction_events]
-    for name, seed in arm.consumed:
-        if seed not in in_scope:
-            continue
-        label = field_prefix(seeds.index(seed)) + name
-        record = records.get(f"{name}@{seed}")
+    for name, seed, window in arm.consumed:
+        if seed not in in_scope or (window and not prepare_all):
+            continue  # later continuation windows: prepared with the next-output setting
+        label = field_prefix(seeds.index(seed), window) + name
+        record = records.get(record_name(name, seed, window))
         if record is None and (name, seed) in arm.upstream_ahead:
             continue  # drawn ahead by upstream's own code, on its worker (0.32.0rc1)
         if record is None:
@@ -376,11 +376,11 @@ def _upstream_not_ahead(serial: ArmResult, overlapped: ArmResult) -> list[str]:
     seeds = overlapped.output_seeds
     if not seeds:
         return [*reasons, "the pipeline drew no noise"]
-    for name, seed in overlapped.consumed:
+    for name, seed, window in overlapped.consumed:
         # (a timeline-guided request's condition rows upstream draws serially by design)
         guided = name == "visual_condition_noise" and seed in overlapped.guided
         ahead = (name, seed) in overlapped.upstream_ahead or guided
-        if seed == seeds[0] and not ahead:
+        if seed == seeds[0] and window == 0 and not ahead:
             reasons.append(f"{name}: drawn serially by upstream (not ahead)")
     return reasons
 

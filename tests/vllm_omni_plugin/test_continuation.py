@@ -17,7 +17,7 @@ import torch
 from release import PRENOISE_WORKER
 
 from prenoise.integrations.vllm_omni.request import observe_draws, record_name
-from prenoise.integrations.vllm_omni.settings import NEXT_OUTPUT_ENV
+from prenoise.integrations.vllm_omni.settings import NEXT_OUTPUT_ENV, NOISE_STREAM_ENV
 from prenoise.integrations.vllm_omni.verification import H3Request, verify_request
 
 NOISE = ("initial_video_noise", "initial_audio_noise", "visual_condition_noise")
@@ -66,11 +66,18 @@ def test_every_window_of_every_output_is_drawn_ahead_and_equal(
     assert second.shape[0] > first.shape[0]
 
 
+@pytest.mark.parametrize("stream", ["native", "libm"])
 def test_without_the_next_output_setting_the_first_window_only(
-    image_ref: Path,
+    image_ref: Path, stream: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Window 1 drawn ahead, window 2 by upstream's serial code: in a named stream both are
+    drawn in it (the verdict checks every serial draw went through the stream)."""
+    monkeypatch.setenv(NOISE_STREAM_ENV, stream)
     result = verify_request(continuation(image_ref, outputs=1))
     assert result.verified, result.summary()
+    assert result.on.noise_stream == stream
+    assert result.on.serial_draws == 4  # window 2: video, audio, image and guide conditions
+    assert result.on.serial_streamed == (4 if stream == "libm" else 0)
     assert {record.name for record in result.on.records} == {
         record_name(name, 11) for name in NOISE
     }

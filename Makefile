@@ -9,6 +9,8 @@ export HF_HUB_OFFLINE := 1
 # `make test` runs two jobs on 2 cores: torch's OpenMP threads must sleep, not spin, while they wait
 # (spinning, a suite beside another ran 3-6x slower). Only how idle threads wait: no result changes.
 export OMP_WAIT_POLICY ?= PASSIVE
+# Every `pip install` below passes --no-compile: pip would byte-compile every installed module
+# (torch alone: 34 s with it, 11 s without, here); Python compiles what a run imports, on import.
 
 .PHONY: setup demo test lint typecheck pytest clean setup-vllm-omni pytest-vllm-omni \
 	pytest-diffusers-0.40 pytest-torch-2.14 system-tools aarch64-tools aarch64-stream-digest mutation
@@ -18,13 +20,13 @@ setup: $(STAMP)
 # the C kernel is built by the editable install: a changed source rebuilds it
 $(STAMP): pyproject.toml Makefile $(wildcard src/prenoise/noise/csrc/*.c src/prenoise/noise/csrc/*.h)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --disable-pip-version-check $(TORCH_PIN)
-	$(PY) -m pip install -q --disable-pip-version-check -e '.[dev]' $(TORCH_PIN)
+	$(PY) -m pip install -q --disable-pip-version-check --no-compile $(TORCH_PIN)
+	$(PY) -m pip install -q --disable-pip-version-check --no-compile -e '.[dev]' $(TORCH_PIN)
 	touch $(STAMP)
 
 DEMO_RECIPE := recipes/ref2va-demo.yaml
 DEMO_STAMP := $(VENV)/.prenoise-demo-installed
-DEMO_PIP := $(PY) -m pip install -q --disable-pip-version-check
+DEMO_PIP := $(PY) -m pip install -q --disable-pip-version-check --no-compile
 
 # `make demo` installs only what the demo runs (torch + prenoise[ref2va]), not the dev tools that
 # `make test` adds; one line per step, since pip -q prints nothing while it works.
@@ -83,7 +85,7 @@ TORCH_NEXT_SELECT := not single_generator or wan21- or flux- or ltx2- or cogvide
 $(TORCH_NEXT_STAMP): Makefile | $(STAMP)
 	test -x $(TORCH_NEXT_PY) || $(PYTHON) -m venv $(TORCH_NEXT_VENV)
 	rm -f "$(TORCH_NEXT_PTH)"
-	$(TORCH_NEXT_PY) -m pip install -q --disable-pip-version-check $(TORCH_NEXT_PIN)
+	$(TORCH_NEXT_PY) -m pip install -q --disable-pip-version-check --no-compile $(TORCH_NEXT_PIN)
 	$(PY) -c "import sysconfig; print('$(CURDIR)/src'); print(sysconfig.get_paths()['purelib'])" \
 		> "$(TORCH_NEXT_PTH)"
 	touch $@
@@ -100,7 +102,7 @@ VLLM_VENV := .venv-vllm-omni
 VLLM_PY := $(VLLM_VENV)/bin/python
 VLLM_STAMP := $(VLLM_VENV)/.prenoise-installed
 VLLM_DEPS_STAMP := $(VLLM_VENV)/.deps-installed
-VLLM_PIP := $(VLLM_PY) -m pip install -q --disable-pip-version-check
+VLLM_PIP := $(VLLM_PY) -m pip install -q --disable-pip-version-check --no-compile
 VLLM_OMNI_DEPS := aenum==3.1.16 'transformers>=5.13,<5.15' diffusers==0.40.0 cache-dit==1.5.0 \
 	'fastapi>=0.133,<0.137' 'openai>=2.25.0' openai-harmony 'llguidance>=1.7,<1.8' apache-tvm-ffi \
 	numpy packaging regex psutil pydantic cbor2 pyzmq urllib3 aiohttp requests pillow pybase64 \
@@ -160,14 +162,14 @@ VLLM_RELEASE_TESTS := tests/vllm_omni_plugin/test_release_support.py \
 define vllm_release_venv
 $(1)/.deps-installed: pyproject.toml Makefile
 	test -x $(1)/bin/python || $(PYTHON) -m venv $(1)
-	$(1)/bin/python -m pip install -q --disable-pip-version-check $(TORCH_PIN)
-	$(1)/bin/python -m pip install -q --disable-pip-version-check --no-deps $(2)
-	$(1)/bin/python -m pip install -q --disable-pip-version-check $(3) $(TORCH_PIN)
+	$(1)/bin/python -m pip install -q --disable-pip-version-check --no-compile $(TORCH_PIN)
+	$(1)/bin/python -m pip install -q --disable-pip-version-check --no-compile --no-deps $(2)
+	$(1)/bin/python -m pip install -q --disable-pip-version-check --no-compile $(3) $(TORCH_PIN)
 	@echo "$(VLLM_DEPS_NOTE)"
 	touch $$@
 
 $(1)/.prenoise-installed: $(1)/.deps-installed | $(STAMP)
-	$(1)/bin/python -m pip install -q --disable-pip-version-check -e . $(TORCH_PIN)
+	$(1)/bin/python -m pip install -q --disable-pip-version-check --no-compile -e . $(TORCH_PIN)
 	touch $$@
 endef
 $(eval $(call vllm_release_venv,$(VLLM_031_VENV),$(VLLM_031_PINS),$(VLLM_031_DEPS)))
@@ -246,8 +248,8 @@ test: system-tools
 MUTMUT_PIN := mutmut==3.8.1
 MODULES ?= all
 mutation: $(STAMP) $(VLLM_STAMP)
-	$(PY) -m pip install -q --disable-pip-version-check $(MUTMUT_PIN) $(TORCH_PIN)
-	$(VLLM_PY) -m pip install -q --disable-pip-version-check $(MUTMUT_PIN) $(TORCH_PIN)
+	$(PY) -m pip install -q --disable-pip-version-check --no-compile $(MUTMUT_PIN) $(TORCH_PIN)
+	$(VLLM_PY) -m pip install -q --disable-pip-version-check --no-compile $(MUTMUT_PIN) $(TORCH_PIN)
 	$(PY) scripts/mutation.py $(MODULES)
 
 clean:

@@ -11,12 +11,18 @@ Options the single process reads but this path does not implement (`generate
 `prenoise.cli.torchrun_options` refuses them before any work; every other option is read here or
 reaches the ranks in the broadcast recipe.
 
+The request check of the single process (`check_request`: memory budget, media caps) runs on
+rank 0 once the process group is up, before any rank loads a model (`broadcast_check`). A request
+it refuses ends the job as one process would end: its one line, printed by local rank 0 of each
+host, nothing written, every rank exit status 2.
+
 Exit status: 0 success, 1 a failed check or a failed rank, 2 a user error (as the plain CLI).
 """
 
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import signal
 from collections.abc import Callable
@@ -24,11 +30,18 @@ from pathlib import Path
 from types import FrameType
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from prenoise.distributed.bench import run_distributed_bench
 from prenoise.distributed.group import DistContext, env_world_size, init_distributed, shutdown
-from prenoise.distributed.request import ResolvedRequest, broadcast_request
+from prenoise.distributed.request import (
+    REQUEST_REFUSALS,
+    RequestRefusedError,
+    ResolvedRequest,
+    broadcast_check,
+    broadcast_request,
+)
 from prenoise.distributed.runner import DistributedRef2VA
 from prenoise.distributed.shm import sweep_stale_segments
 from prenoise.distributed.status import DistributedPreparationError
@@ -47,11 +60,34 @@ Report = Callable[[], int]
 
 console = Console()
 
+EXIT_USAGE = 2
+"""A refused request: the single-process CLI's status for a user error."""
+
 
 def _terminate(signum: int, _frame: FrameType | None) -> None:
     # torchrun stops the other workers with SIGTERM when one fails: unwind so `finally` blocks
     # unlink shared segments and leave the process group.
     raise SystemExit(128 + signum)
+
+
+def _exit_refused(_signum: int, _frame: FrameType | None) -> None:
+    raise SystemExit(EXIT_USAGE)
+
+
+def _refuse(ctx: DistContext, error: Exception) -> int:
+    """End this rank of a refused request: the one-line error of the single-process CLI (local
+    rank 0 of each host prints it), then a barrier, so that no rank leaves (torchrun then stops
+    the rest) before every host's line is out; returns 2.
+
+    Every rank is then on its way out with status 2, and the first to leave makes torchrun stop
+    the others with SIGTERM: that stop must not turn their 2 into 143 (in Python) or -15 (once
+    `main` has restored the default handler, while the interpreter exits)."""
+    signal.signal(signal.SIGTERM, _exit_refused)
+    if ctx.local_rank == 0:
+        console.print(f"[red]error:[/] {escape(str(error))}", soft_wrap=True)
+    ctx.barrier()
+    atexit.register(signal.signal, signal.SIGTERM, signal.SIG_IGN)
+    return EXIT_USAGE
 
 
 def _parallel(recipe: Recipe) -> ParallelConfig:
@@ -77,6 +113,12 @@ def run_distributed(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, _terminate)
     ctx = init_distributed(parallel.timeout_s, recipe.device)
     try:
+        try:  # the single process's request check, on rank 0, before any rank loads a model
+            broadcast_check(ctx, recipe)
+        except RequestRefusedError as refused:  # the other ranks, told by rank 0
+            return _refuse(ctx, refused)
+        except REQUEST_REFUSALS as refused:  # rank 0
+            return _refuse(ctx, refused)
         quiet = args.quiet or ctx.rank != 0  # one set of lines per job, not one per rank
         with CommandProgress(console, args.command, quiet=quiet) as progress:
             progress.stage("load models")

@@ -4,6 +4,10 @@ Resolution = the validated recipe (as JSON data), its geometry, every output see
 visual-condition shapes (from the very VAE methods the encoder uses) and a request id that names
 the request's store keys and shared segments. If rank 0 fails to resolve, the other ranks raise
 `RankFailedError` with its original error text instead of waiting.
+
+Before that, before any rank loads a model, `broadcast_check` runs the single-process request
+check (`check_request`: memory budget, media caps) on rank 0 and sends its verdict: a request it
+refuses stops every rank (`RequestRefusedError` on the others) with rank 0's text.
 """
 
 from __future__ import annotations
@@ -16,15 +20,33 @@ import torch.distributed as dist
 
 from prenoise.distributed.group import DistContext
 from prenoise.distributed.status import RankFailedError, describe_error
+from prenoise.guards.atomic import OutputWriteError
+from prenoise.guards.budget import BudgetExceededError
 from prenoise.ref2va.config import Recipe
 from prenoise.ref2va.geometry import RequestGeometry
+from prenoise.ref2va.media.caps import MediaError
 from prenoise.ref2va.models import Ref2VAModels
 from prenoise.ref2va.references import predict_reference_shape
 from prenoise.ref2va.request_budget import check_request
 
-__all__ = ["ResolvedRequest", "broadcast_request", "resolve_request"]
+__all__ = [
+    "REQUEST_REFUSALS",
+    "RequestRefusedError",
+    "ResolvedRequest",
+    "broadcast_check",
+    "broadcast_request",
+    "resolve_request",
+]
 
 LatentShape = tuple[int, int, int]
+
+REQUEST_REFUSALS: tuple[type[Exception], ...] = (
+    BudgetExceededError,
+    MediaError,
+    OutputWriteError,
+)
+"""How `check_request` refuses a request (a synthetic reference it writes: `OutputWriteError`):
+user errors, which the single-process CLI reports in one line with exit status 2."""
 
 
 @dataclass(frozen=True)
@@ -43,6 +65,39 @@ class ResolvedRequest:
         if recipe.geometry() != self.geometry:
             raise RuntimeError("the broadcast geometry differs from this rank's recipe geometry")
         return recipe
+
+
+class RequestRefusedError(Exception):
+    """Rank 0's request check refused the request; the message is rank 0's error text."""
+
+
+def broadcast_check(ctx: DistContext, recipe: Recipe) -> None:
+    """Rank 0 checks `recipe` as a single process does (`check_request`) and broadcasts the
+    verdict; call it on every rank before any model is loaded.
+
+    Returns on every rank when the check passed. When it raised, rank 0 re-raises its exception;
+    the other ranks raise `RequestRefusedError` with its text when it is one of
+    `REQUEST_REFUSALS`, else `RankFailedError` with `Type: text`. (Rank 0 checks again in
+    `resolve_request` and every rank in the preparation, as a single process does in
+    `Ref2VAPipeline.prepare`.)
+    """
+    payload: list[Any] = [None]  # None: accepted; (refused, text): rank 0's check raised
+    error: Exception | None = None
+    if ctx.rank == 0:
+        try:
+            check_request(recipe)
+        except Exception as exc:
+            error = exc
+            refused = isinstance(exc, REQUEST_REFUSALS)
+            payload[0] = (refused, str(exc) if refused else describe_error(exc))
+    dist.broadcast_object_list(payload, src=0, group=ctx.cpu_group)
+    if error is not None:
+        raise error
+    if payload[0] is not None:
+        refused, text = payload[0]
+        if refused:
+            raise RequestRefusedError(text)
+        raise RankFailedError(f"rank 0 failed to check the request: {text}")
 
 
 def resolve_request(recipe: Recipe, models: Ref2VAModels) -> ResolvedRequest:

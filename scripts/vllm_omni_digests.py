@@ -6,12 +6,13 @@
 With no key: every key of `src/prenoise/integrations/vllm_omni/reviewed.py`. For each
 `module:qualname` it prints the line to paste into `reviewed.REVIEWED`:
 `"key": {digest: (releases,)},`, the digests made exactly as the plugin makes them
-(`digests.code_digest`; `ABSENT` where a release's module does not define it). The wheels of
+(`digests.code_digest`; `ABSENT` where a release's module does not define it or the release has
+no such module, as `digests.installed_digest` records it, said on stderr). The wheels of
 `--release` (default: every release of `reviewed.RELEASES`) are read from `--wheels` (default
 /tmp/prenoise-vllm-omni-wheels), fetched there with `pip download --no-deps` when missing; the
 sources are read from the wheel, nothing is installed or imported from it. Two digests for one
 key mean the code changed between releases: read the difference before recording both. Exit 2
-when a key's module is missing from a release.
+when a key's module is missing from every release (a misspelt key).
 """
 
 from __future__ import annotations
@@ -48,14 +49,15 @@ def digests_of(key: str, wheels: dict[str, Path]) -> tuple[dict[str, list[str]],
             names = set(archive.namelist())
             base = module.replace(".", "/")
             member = next((n for n in (f"{base}.py", f"{base}/__init__.py") if n in names), None)
-            if member is None:
-                missing.append(release)
-                continue
-            source = archive.read(member).decode()
-        try:
-            digest = code_digest(source, qualname)
-        except CodeUnavailable:
+            source = None if member is None else archive.read(member).decode()
+        if source is None:
+            missing.append(release)
             digest = ABSENT
+        else:
+            try:
+                digest = code_digest(source, qualname)
+            except CodeUnavailable:
+                digest = ABSENT
         seen.setdefault(digest, []).append(release)
     return seen, missing
 
@@ -75,7 +77,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f'"{key}": {{{table}}},')
         if missing:
             print(f"# {key}: module missing in {', '.join(missing)}", file=sys.stderr)
-            status = 2
+            if len(missing) == len(wheels):
+                status = 2
     return status
 
 

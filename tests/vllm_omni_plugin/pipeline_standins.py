@@ -210,7 +210,10 @@ def wan_request(
 
 
 def wan_latents(outputs: list[Any]) -> torch.Tensor:
-    return torch.cat([out.output for out in outputs])
+    """The latents of each output (a 0.32.0rc1 DENOISE stage's: in its `custom_output`)."""
+    return torch.cat(
+        [out.custom_output["latents"] if out.output is None else out.output for out in outputs]
+    )
 
 
 # -- the other pipelines: upstream's prepare_latents on a minimal self ---------------------------

@@ -28,8 +28,9 @@ import pipeline_standins as standins
 import pytest
 import torch
 
-from prenoise.integrations.vllm_omni import pipelines, support, wan_ahead
+from prenoise.integrations.vllm_omni import digests, pipelines, support, wan_ahead
 from prenoise.integrations.vllm_omni.pipeline_targets import DRAW, ENTRY, TARGETS, StreamTarget
+from prenoise.integrations.vllm_omni.reviewed import WAN_AHEAD_PATH, WAN_STAGED_FORWARD
 from prenoise.integrations.vllm_omni.settings import MISMATCH_ENV, NOISE_STREAM_ENV
 from prenoise.noise import streams as noise_streams
 from prenoise.noise.stream_mode import draws_in_stream
@@ -39,8 +40,10 @@ from prenoise.preparation.prediction import PredictionMismatchError
 REPO = Path(__file__).resolve().parents[2]
 PIPELINE_OF = {t.key: t.pipeline for t in TARGETS}
 WAN_AHEAD = support.current().wan_ahead
-"""Wan2.2 T2V's latents are prepared ahead where `Wan22Pipeline.forward` is reviewed code (not
-0.32.0rc1's staged forward: there upstream's forward draws, in the stream)."""
+"""Wan2.2 T2V's latents are prepared ahead where `Wan22Pipeline.forward` and what the prediction
+relies on are reviewed code (0.30.0, 0.31.0rc1, 0.32.0rc1's FULL stage)."""
+WAN_STAGED = digests.installed_digest(wan_ahead._FORWARD) in WAN_STAGED_FORWARD
+"""The installed forward runs per stage role (0.32.0rc1)."""
 NO_AHEAD = {"prepared": 0, "taken": 0, "serial": 0, "served_in_stream": 0}
 wan_ahead_reviewed = pytest.mark.skipif(
     not WAN_AHEAD, reason="Wan2.2 T2V's forward is not reviewed code here: not prepared ahead"
@@ -275,9 +278,11 @@ def test_a_pipeline_prenoise_does_not_cover_is_refused_in_a_stream(
 # -- Wan2.2 T2V prepared ahead ------------------------------------------------------------------
 
 
-def _wan(req: Any, *, encoder: Any = None) -> tuple[torch.Tensor, list[bytes]]:
+def _wan(req: Any, *, encoder: Any = None, role: Any = None) -> tuple[torch.Tensor, list[bytes]]:
     pipe = standins.wan_t2v_pipeline()
     pipe.text_encoder.on_call = encoder
+    if role is not None:
+        pipe.stage_role = role
     out = standins.run_wan(pipe, req)
     gens = [sp.generator for sp in req.sampling_params_list if sp.generator is not None]
     return out, [bytes(g.get_state().numpy()) for g in gens]
@@ -295,6 +300,33 @@ def test_wan_batch_taken_and_generators_end_where_upstream_leaves_them(
         got, got_states = _wan(standins.wan_request(outputs=2, prompts=2))
     assert same_bits(got, expected) and got_states == states
     assert "prepared ahead, taken" in caplog.text and wan_ahead.WORKER in caplog.text
+
+
+@wan_ahead_reviewed
+@pytest.mark.parametrize(
+    "sizes",
+    [
+        # 72x104 run as 64x96 (8x12 latent pixels; unrounded 9x13), 12 frames as 13 (4 latent
+        # frames; unrounded 3)
+        {"height": 72, "width": 104, "num_frames": 12},
+        {"height": 64, "width": 96, "num_frames": 8},  # 8 frames run as 9 (3 latent; unrounded 2)
+        {"height": None, "width": None, "num_frames": None},  # upstream's 480x832, 81 frames
+    ],
+)
+def test_wan_sizes_upstream_rounds_are_predicted_and_taken(
+    sizes: dict[str, Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Height, width and num_frames that forward rounds (0.32.0rc1: `effective_wan_dimensions`,
+    called by the prediction; before it: forward's own arithmetic, repeated): the prediction is
+    the call upstream makes, so the prepared draw is taken, bitwise upstream's."""
+    expected, states = _wan(standins.wan_request(**sizes))
+    pipelines.install_stream_hooks()
+    before = wan_ahead.counts()
+    with caplog.at_level(logging.INFO, logger="prenoise.vllm_omni"):
+        got, got_states = _wan(standins.wan_request(**sizes))
+    assert same_bits(got, expected) and got_states == states
+    assert wan_ahead.counts()["taken"] == before["taken"] + 1, caplog.text
+    assert "prepared ahead, taken" in caplog.text
 
 
 @wan_ahead_reviewed
@@ -350,13 +382,46 @@ def test_wan_not_predicted_runs_upstream(
     assert "not prepared ahead, upstream drew them" in caplog.text and why in caplog.text
 
 
-@pytest.mark.skipif(WAN_AHEAD, reason="Wan2.2 T2V's forward is reviewed code here")
+@pytest.mark.skipif(not WAN_STAGED, reason="Wan2.2's forward has no stage roles here")
+@pytest.mark.parametrize("role", ["DENOISE", "DENOISE_DECODE"])
+def test_wan_a_disaggregated_stage_runs_upstreams_draw(
+    role: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """0.32.0rc1's disaggregated generation stages (prompt embeddings delivered by an ENCODE
+    stage, where a connector puts them: `additional_information`) are not predicted: upstream's
+    forward draws, the same bits and generator states, and the request's log line says why."""
+    from vllm_omni.config.stage_config import DiffusionStageRole
+
+    def request() -> Any:
+        req = standins.wan_request(outputs=2, prompts=2)
+        for i, one in enumerate(req.requests):
+            embeds = torch.full((16, standins._TextEncoder.dim), 0.5 + i)
+            one.prompt = {**one.prompt, "additional_information": {"prompt_embeds": embeds}}
+        return req
+
+    stage = DiffusionStageRole[role]
+    expected, states = _wan(request(), role=stage)
+    pipelines.install_stream_hooks()
+    before = wan_ahead.counts()
+    with caplog.at_level(logging.INFO, logger="prenoise.vllm_omni"):
+        got, got_states = _wan(request(), role=stage)
+    assert same_bits(got, expected) and got_states == states
+    assert wan_ahead.counts() == before
+    assert (
+        f"not prepared ahead, upstream drew them (stage role {stage.value}: a disaggregated "
+        "stage takes its inputs from another stage, left to upstream)"
+    ) in caplog.text
+
+
 def test_wan_forward_that_is_not_reviewed_code_runs_upstreams_draw(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Where `Wan22Pipeline.forward` is not a reviewed digest (0.32.0rc1) nothing is prepared
-    ahead: upstream's forward draws, the same bits and generator states (in the stream: libm
-    equal to upstream's whole forward inside `draws_in_stream`)."""
+    """Where what the prediction relies on is not reviewed code (a later release's forward, as
+    `support` would find it) nothing is prepared ahead: upstream's forward draws, the same bits
+    and generator states (in the stream: libm equal to upstream's whole forward inside
+    `draws_in_stream`)."""
+    changed = "Wan22Pipeline.forward (…) changed: digest 0123456789ab"
+    monkeypatch.setattr(support, "current", lambda: support.Support({WAN_AHEAD_PATH: changed}))
     expected, states = _wan(standins.wan_request(outputs=2, prompts=2))
     with draws_in_stream("libm"):
         in_libm, libm_states = _wan(standins.wan_request())

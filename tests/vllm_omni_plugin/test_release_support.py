@@ -62,11 +62,17 @@ def test_every_key_is_recorded_for_every_release() -> None:
 def test_the_paths_run_as_reviewed_on_this_release() -> None:
     assert CODE.h3_streams and CODE.h3_ahead
     assert CODE.upstream_prepares_ref2va is (RELEASE == "0.32.0rc1")
-    if RELEASE == "0.32.0rc1":  # Wan2.2's forward changed (staged execution): not reviewed
-        assert set(CODE.problems) == {WAN_AHEAD_PATH}
-        assert CODE.problems[WAN_AHEAD_PATH].startswith("Wan22Pipeline.forward (")
-    else:
-        assert CODE.problems == {}
+    assert CODE.problems == {}  # 0.32.0rc1's staged Wan2.2 forward too (its FULL stage)
+
+
+def test_a_module_a_release_lacks_is_absent_not_unreadable() -> None:
+    """`effective_wan_dimensions` lives in a module 0.32.0rc1 added: before it the function is
+    recorded `ABSENT` (and so read), not an unreadable key that would turn Wan2.2 off."""
+    key = "vllm_omni.diffusion.models.wan2_2.conditioning:effective_wan_dimensions"
+    assert key in PATHS[WAN_AHEAD_PATH]
+    assert (digests.installed_digest(key) == ABSENT) is (RELEASE != "0.32.0rc1")
+    with pytest.raises(digests.CodeUnavailable, match="no_such_package_xyz is not installed"):
+        digests.installed_digest("no_such_package_xyz.module:function")
 
 
 def test_a_changed_digest_names_the_function(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -229,8 +235,7 @@ def test_an_edited_wrapped_function_turns_its_path_off_naming_it_once(tmp_path: 
     path runs upstream's code, said once; every output is plugin-off's; nothing else changes."""
     result = _run_scratch(tmp_path, _body_edit("encode_prompt"))
     assert result["release"] is None and result["installed"]
-    wan = {WAN_AHEAD_PATH} if RELEASE == "0.32.0rc1" else set()
-    assert set(result["problems"]) == {H3_AHEAD_PATH} | wan
+    assert set(result["problems"]) == {H3_AHEAD_PATH}
     [line] = [line for line in result["lines"] if "encode_prompt" in line]
     assert line.startswith(
         f"WARNING prenoise: vllm-omni {SCRATCH_VERSION}: {H3_AHEAD_PATH}: off, upstream's code "

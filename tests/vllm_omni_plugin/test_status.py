@@ -10,15 +10,8 @@ from release import RELEASE
 
 from prenoise.integrations.vllm_omni import status, support
 
-WAN_OFF = RELEASE == "0.32.0rc1"  # Wan2.2's forward changed there: its prediction not reviewed
-ACTIVE = "active in every vLLM-Omni process (MiniMax-H3, stream native" + (
-    "; off here: Wan2.2 T2V latents prepared ahead)" if WAN_OFF else ")"
-)
-CODE = f"code of {RELEASE}" + (
-    "; Wan2.2 T2V latents prepared ahead off: Wan22Pipeline.forward is not the reviewed code"
-    if WAN_OFF
-    else ""
-)
+ACTIVE = "active in every vLLM-Omni process (MiniMax-H3, stream native)"
+CODE = f"code of {RELEASE}"  # every path on, on every reviewed release
 
 
 def test_here_the_plugin_is_registered_supported_and_active() -> None:

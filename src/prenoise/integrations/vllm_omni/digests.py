@@ -6,7 +6,8 @@ noise streams, MiniMax-H3's noise prepared ahead, Wan2.2 T2V's latents prepared 
 read on every release of `reviewed.RELEASES` and its *digest* recorded: sha256 (12 hex digits) of
 the function's `ast.unparse` with its docstring and return annotation dropped, so formatting,
 comments and docs do not count, any code change does (the same digest as the diffusers
-integration's). `ABSENT` records that a release does not define the function at all.
+integration's). `ABSENT` records that a release does not define the function at all (its module
+lacks it, or the release has no such module).
 
 Once per process (at `register()`, or the first question) the installed digests are computed from
 the modules' source files, found under the `vllm_omni` package folder without importing
@@ -56,6 +57,10 @@ _problems: dict[str, str | None] = {}
 
 class CodeUnavailable(LookupError):
     """The source of a relied-on function cannot be read (package, module or definition)."""
+
+
+class _ModuleMissing(CodeUnavailable):
+    """The package is installed but has no such module (a release before the module existed)."""
 
 
 def reset() -> None:
@@ -123,7 +128,7 @@ def _source_file(module: str) -> Path:
         for path in (base.with_suffix(".py"), base / "__init__.py"):
             if path.is_file():
                 return path
-    raise CodeUnavailable(f"module {module} is not installed")
+    raise _ModuleMissing(f"module {module} is not installed")
 
 
 def _tree(module: str) -> ast.Module:
@@ -141,13 +146,18 @@ def _tree(module: str) -> ast.Module:
 
 
 def installed_digest(key: str) -> str:
-    """The digest of the installed `module:qualname`; `ABSENT` where its module exists but does
-    not define it. `CodeUnavailable` when the module itself cannot be read."""
+    """The digest of the installed `module:qualname`; `ABSENT` where its module does not define
+    it or the installed package has no such module. `CodeUnavailable` when the package is not
+    installed or the module's source cannot be read."""
     with _lock:
         digest = _digests.get(key)
         if digest is None:
             module, _, qualname = key.partition(":")
-            tree = _tree(module)
+            try:
+                tree = _tree(module)
+            except _ModuleMissing:
+                _digests[key] = ABSENT
+                return ABSENT
             try:
                 digest = hashlib.sha256(
                     _normalized(_definition(tree, qualname)).encode()

@@ -30,6 +30,13 @@ What changed between the releases, as reviewed (read in the wheels):
   runs on the output device when that is an NPU, with CPU float32 coefficients. `forward`
   returns latents when the stage has no VAE decoder. The audio-condition function's `guided`
   flag changes only its mix; at upstream's `noise_aug` of 1.0 (every release) it draws nothing.
+  Wan2.2's `forward` runs per *stage role* (`self.stage_role`, `DiffusionStageRole`): FULL, the
+  default, is the whole request as before; disaggregated DENOISE / DENOISE_DECODE stages take
+  their prompt embeddings (and a TI2V image condition) from an ENCODE stage. Its height, width
+  and num_frames come from `conditioning.effective_wan_dimensions` (0.31.0rc1's arithmetic, moved
+  there unchanged), images from `_request_image`; before `prepare_latents` nothing else changed
+  for a FULL T2V request (`_validate_generation_batch` only validates; `encode_prompt`'s change
+  maps a None negative prompt to "", its rows unchanged), and `prepare_latents` is unchanged.
 """
 
 from __future__ import annotations
@@ -44,6 +51,7 @@ __all__ = [
     "REVIEWED",
     "UPSTREAM_PREPARES_REF2VA",
     "WAN_AHEAD",
+    "WAN_STAGED_FORWARD",
 ]
 
 RELEASES = ("0.30.0", "0.31.0rc1", "0.32.0rc1")
@@ -65,6 +73,8 @@ _NOISE = _H3 + "condition_noise:"
 _VAE = _H3 + "vae:"
 _ENC = "vllm_omni.model_executor.models.minimax_h3.encoder_processing:"
 _WAN = "vllm_omni.diffusion.models.wan2_2.pipeline_wan2_2:Wan22Pipeline."
+_WAN_DIMENSIONS = "vllm_omni.diffusion.models.wan2_2.conditioning:effective_wan_dimensions"
+_STAGE_ROLE = "vllm_omni.config.stage_config:DiffusionStageRole"
 
 REVIEWED: dict[str, dict[str, tuple[str, ...]]] = {
     # -- MiniMax-H3: the draws and the functions that call them --------------------------------
@@ -127,10 +137,13 @@ REVIEWED: dict[str, dict[str, tuple[str, ...]]] = {
     _VAE + "MiniMaxH3VideoVAE.predict_video_latent_shape": {ABSENT: _V30_31, "b3649a0cf381": _V32},
     _VAE + "_legacy_encode_prep_enabled": {"bc9e0baf2da5": _ALL},
     # -- Wan2.2 T2V: the initial latents prepared ahead (`wan_ahead`) ----------------------------
-    # 0.32.0rc1's forward (disaggregated encode/denoise/decode stages, `effective_wan_dimensions`)
-    # is not reviewed for the prediction: there Wan2.2 T2V runs upstream's forward untouched
-    _WAN + "forward": {"276b1bc2ee9a": _V30_31},
+    # 0.32.0rc1's forward (`WAN_STAGED_FORWARD`): predicted on the FULL stage role only
+    _WAN + "forward": {"276b1bc2ee9a": _V30_31, "baf08a9519de": _V32},
     _WAN + "prepare_latents": {"e12648661a11": _ALL},
+    _WAN + "encode_prompt": {"6fa5031bc02d": _V30_31, "8b96ea049f15": _V32},
+    _WAN + "_request_image": {ABSENT: _V30_31, "ba3bc67425c2": _V32},
+    _WAN_DIMENSIONS: {ABSENT: _V30_31, "73e48d424ebe": _V32},
+    _STAGE_ROLE: {ABSENT: _V30_31, "f5c68a241b17": _V32},
 }
 
 H3_STREAMS: tuple[str, ...] = (
@@ -179,9 +192,22 @@ behaviour the prediction and the hand-over reason about (the media plan, the enc
 shapes and their order, the output seeds, the multi-rank broadcast point, continuation windows
 and what each draws)."""
 
-WAN_AHEAD: tuple[str, ...] = (_WAN + "forward", _WAN + "prepare_latents")
+WAN_AHEAD: tuple[str, ...] = (
+    _WAN + "forward",
+    _WAN + "prepare_latents",
+    _WAN + "encode_prompt",
+    _WAN + "_request_image",
+    _WAN_DIMENSIONS,
+    _STAGE_ROLE,
+)
 """Wan2.2 T2V's initial latents drawn ahead: `wan_ahead` predicts `prepare_latents`' one draw
-from `forward`'s arithmetic."""
+from what `forward` computes before it (its batch: `encode_prompt`'s rows; 0.32.0rc1: the stage
+role, `effective_wan_dimensions`, called, and `_request_image`'s image test)."""
+
+WAN_STAGED_FORWARD: dict[str, str] = {"baf08a9519de": "0.32.0rc1"}
+"""Digests of `Wan22Pipeline.forward` that run per stage role and take height, width and
+num_frames from `effective_wan_dimensions`: `wan_ahead` predicts only on the FULL stage there,
+calling that function (the pipeline module's, as forward does)."""
 
 H3_STREAMS_PATH = "MiniMax-H3 noise streams"
 H3_AHEAD_PATH = "MiniMax-H3 noise prepared ahead"
@@ -199,9 +225,7 @@ UPSTREAM_PREPARES_REF2VA: dict[str, str] = {"559d1613b174": "0.32.0rc1"}
 first output ahead itself (no continuation; a timeline-guided request: its target noise only).
 prenoise then never draws those (never twice)."""
 
-SEEN_NOT_REVIEWED: dict[str, dict[str, tuple[str, ...]]] = {
-    _WAN + "forward": {"baf08a9519de": _V32},
-}
+SEEN_NOT_REVIEWED: dict[str, dict[str, tuple[str, ...]]] = {}
 """Digests a reviewed release has that were deliberately not reviewed for the path relying on
 them (that path runs upstream's code there): what the tests expect the gate to refuse."""
 

@@ -4,6 +4,12 @@
 runs it predicts the one draw `prepare_latents` will make — `randn_tensor(shape, generator=the
 request generators, device=the pipeline's device, dtype=float32)`, computed from the request
 exactly as forward computes it — and submits it to a request-owned `PreparationExecutor`. The
+installed forward decides how (`reviewed.WAN_STAGED_FORWARD`, by its digest): 0.30.0/0.31.0rc1's
+rounds height, width and num_frames itself (repeated here); 0.32.0rc1's runs per stage role and
+takes them from upstream's `effective_wan_dimensions`, which the prediction calls (the pipeline
+module's, as forward does), on the FULL stage only: a disaggregated DENOISE / DENOISE_DECODE
+stage takes its prompt embeddings (and a TI2V image condition) from another stage, and is left
+to upstream with that reason. The
 worker draws on *clones* of the request's CPU generators (their states copied), in the settings'
 noise stream (native: local torch), with diffusers' own `randn_tensor` on the CPU, where upstream
 draws for a CPU generator before its `.to(device)`.
@@ -18,10 +24,10 @@ is dropped and upstream's serial draw runs (`PRENOISE_VLLM_OMNI_ON_MISMATCH=rais
 the generators end in upstream's state, so per-step draws after it (FastWan DMD) are unchanged.
 
 Prepared ahead only when the prediction is certain: a T2V request (no image condition on a TI2V
-checkpoint), seeded with CPU generators, no request latents, prompts to encode (no
-`prompt_embeds`). Otherwise upstream draws serially (in the stream), and the request's log line
-says why. `PRENOISE_VLLM_OMNI_PREPARE_NEXT_OUTPUT` has nothing to do here: all outputs of a Wan
-request are one draw, prepared together.
+checkpoint) on a whole-request (FULL) stage, seeded with CPU generators, no request latents,
+prompts to encode (no `prompt_embeds`). Otherwise upstream draws serially (in the stream), and
+the request's log line says why. `PRENOISE_VLLM_OMNI_PREPARE_NEXT_OUTPUT` has nothing to do
+here: all outputs of a Wan request are one draw, prepared together.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ import contextlib
 import contextvars
 import hashlib
 import logging
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -38,6 +45,8 @@ from typing import Any
 
 import torch
 
+from prenoise.integrations.vllm_omni import digests
+from prenoise.integrations.vllm_omni.reviewed import WAN_STAGED_FORWARD
 from prenoise.integrations.vllm_omni.settings import PluginSettings
 from prenoise.noise import streams as noise_streams
 from prenoise.noise.stream_mode import StreamDrawMode
@@ -49,6 +58,7 @@ logger = logging.getLogger("prenoise.vllm_omni")
 WORKER = "prenoise-vllm-omni-wan"
 _NAME = "wan_initial_latents"
 _ARGS = ("shape", "generator", "device", "dtype", "layout")  # diffusers' randn_tensor
+_FORWARD = "vllm_omni.diffusion.models.wan2_2.pipeline_wan2_2:Wan22Pipeline.forward"
 _current: contextvars.ContextVar[_Pending | None] = contextvars.ContextVar(
     "prenoise_vllm_omni_wan", default=None
 )
@@ -133,7 +143,7 @@ def run_forward(
     if _current.get() is not None:  # a forward inside a forward: the outer one prepared
         return upstream(*args, **kwargs)
     try:
-        plan = "randn_tensor is not hooked" if draw is None else _plan(pipeline, req)
+        plan = "randn_tensor is not hooked" if draw is None else _plan(pipeline, req, module)
     except Exception as error:  # prenoise's planning never fails a request upstream accepts
         plan = f"planning failed: {type(error).__name__}: {error}"
     if isinstance(plan, str):
@@ -216,8 +226,18 @@ def take_pending(
 # -- prediction ---------------------------------------------------------------------------------
 
 
-def _plan(pipeline: Any, req: Any) -> tuple[DrawKey, Any] | str:
-    """(the predicted call, the request generators) or why it is not predicted."""
+def _plan(pipeline: Any, req: Any, module: str) -> tuple[DrawKey, Any] | str:
+    """(the predicted call, the request generators) or why it is not predicted; `module`: the
+    pipeline module, whose names the installed forward calls."""
+    staged = digests.installed_digest(_FORWARD) in WAN_STAGED_FORWARD
+    names = vars(sys.modules[module])
+    if staged:  # vllm-omni 0.32.0rc1's forward: per stage role
+        role = getattr(pipeline, "stage_role", None)
+        if role != names["DiffusionStageRole"].FULL:
+            return (
+                f"stage role {getattr(role, 'value', role)}: a disaggregated stage takes its "
+                "inputs from another stage, left to upstream"
+            )
     sampling_list = getattr(req, "sampling_params_list", None)
     prompts = getattr(req, "prompts", None)
     if not sampling_list or not prompts:
@@ -239,16 +259,19 @@ def _plan(pipeline: Any, req: Any) -> tuple[DrawKey, Any] | str:
     batch = len(prompts) * num_outputs
     if isinstance(generator, list) and len(generator) != batch:
         return "generator count differs from the batch (upstream raises)"
-    # Wan22Pipeline.forward's arithmetic (vllm-omni 0.30.0), then prepare_latents'
     patch = pipeline.transformer_config.patch_size
     spatial, temporal = pipeline.vae_scale_factor_spatial, pipeline.vae_scale_factor_temporal
-    mod = spatial * patch[1]
-    height = (common.height or 480) // mod * mod
-    width = (common.width or 832) // mod * mod
-    frames = common.num_frames or 81
-    if frames % temporal != 1:
-        frames = frames // temporal * temporal + 1
-    frames = max(frames, 1)
+    if staged:  # 0.32.0rc1: upstream's own function, as its forward calls it
+        height, width, frames = names["effective_wan_dimensions"](common, spatial, temporal, patch)
+    else:  # Wan22Pipeline.forward's arithmetic (vllm-omni 0.30.0, 0.31.0rc1)
+        mod = spatial * patch[1]
+        height = (common.height or 480) // mod * mod
+        width = (common.width or 832) // mod * mod
+        frames = common.num_frames or 81
+        if frames % temporal != 1:
+            frames = frames // temporal * temporal + 1
+        frames = max(frames, 1)
+    # then prepare_latents' (the same on every release)
     shape = (
         batch,
         int(pipeline.transformer_config.in_channels),
@@ -261,6 +284,8 @@ def _plan(pipeline: Any, req: Any) -> tuple[DrawKey, Any] | str:
 
 
 def _has_image(prompt: Any) -> bool:
+    """Whether forward sees an image: `_request_image(prompt) is not None` (0.32.0rc1, without its
+    warning); 0.30.0/0.31.0rc1 read the same field (a path string: opened, still an image)."""
     if isinstance(prompt, str):
         return False
     image = (prompt.get("multi_modal_data") or {}).get("image")

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from prenoise.cli.args import (
@@ -24,6 +23,7 @@ from prenoise.cli.args import (
 )
 from prenoise.cli.parser import DEBUG_ENV_VAR, build_parser
 from prenoise.guards.atomic import OutputWriteError, write_atomic
+from prenoise.observe.console_text import caption, cell, line, title
 from prenoise.observe.progress import CommandProgress
 from prenoise.ref2va.cli_options import check_request_outputs, generate_out_path
 
@@ -55,14 +55,16 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
     with console.status("running the serial and the overlapped arm…"):
         result = run_demo(seed=args.seed, encode_seconds=args.encode_seconds)
-    table = Table(title=f"core demo: {result.numel / 1e6:.1f}M noise values, seed {args.seed}")
+    table = Table(
+        title=title(f"core demo: {result.numel / 1e6:.1f}M noise values, seed {args.seed}")
+    )
     table.add_column("stage (s)")
     table.add_column("serial", justify="right")
     table.add_column("overlapped", justify="right")
     for key in result.serial_s:
-        table.add_row(key, f"{result.serial_s[key]:.3f}", f"{result.overlapped_s[key]:.3f}")
+        table.add_row(cell(key), f"{result.serial_s[key]:.3f}", f"{result.overlapped_s[key]:.3f}")
     console.print(table)
-    console.print(f"verify: {result.summary()}")
+    console.print(line(f"verify: {result.summary()}"))
     return 0 if result.equal else 1
 
 
@@ -80,9 +82,9 @@ def _cmd_recipes(args: argparse.Namespace) -> int:
     for column in ("name", "what it is"):
         table.add_column(column, no_wrap=column == "name")
     for name, path in shipped().items():
-        table.add_row(name, describe(path))
+        table.add_row(cell(name), cell(describe(path)))
     console.print(table)
-    console.print(f"files: {next(iter(shipped().values())).parent}", soft_wrap=True)
+    console.print(line(f"files: {next(iter(shipped().values())).parent}"), soft_wrap=True)
     return 0
 
 
@@ -110,7 +112,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     if args.json:
         write_atomic(args.json, report.to_json(indent=2), what="--json")
         _print_created([missing])
-    console.print(report.summary())
+    console.print(line(report.summary()))
     return 0 if report.equal else 1
 
 
@@ -186,15 +188,15 @@ def _print_created(missing: Sequence[tuple[str, Path] | None]) -> None:
     `prenoise.guards.usage.missing_directory`) it created to write its outputs."""
     for entry in missing:
         if entry is not None and entry[1].is_dir():
-            console.print(f"created the directory {escape(str(entry[1]))} ({entry[0]})")
+            console.print(line(f"created the directory {entry[1]} ({entry[0]})"))
 
 
-def _stage_table(title: str, seconds: dict[str, float]) -> Table:
-    table = Table(title=title)
+def _stage_table(heading: str, seconds: dict[str, float]) -> Table:
+    table = Table(title=title(heading))
     table.add_column("stage")
     table.add_column("seconds", justify="right")
     for name, value in seconds.items():
-        table.add_row(name, f"{value:.3f}")
+        table.add_row(cell(name), f"{value:.3f}")
     return table
 
 
@@ -228,10 +230,10 @@ def _cmd_generate(args: argparse.Namespace) -> int:
         )
     console.print(_stage_table(f"{recipe.name}: {args.arm} arm", result.stage_seconds))
     for event in result.prediction_events:
-        console.print(f"[yellow]prediction fallback[/]: {event}")
+        console.print(line(("prediction fallback", "yellow"), f": {event}"))
     _print_created(missing)
     for path in result.paths:
-        console.print(f"wrote [bold]{path}[/]")
+        console.print(line("wrote ", (str(path), "bold")))
     return 0
 
 
@@ -249,12 +251,18 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         pipeline = Ref2VAPipeline(load_models(recipe), device=recipe.device)
         result = verify_recipe(pipeline, recipe, on_stage=progress.stage)
     report = result.to_json()
-    table = Table(title=f"{recipe.name}: serial vs overlapped")
+    table = Table(title=title(f"{recipe.name}: serial vs overlapped"))
     for column in ("field", "equal", "shape", "sha256 (serial)"):
         table.add_column(column)
     for name, entry in report["fields"].items():
-        mark = "[green]yes[/]" if entry["equal"] else f"[red]NO[/] {entry['differences']}"
-        table.add_row(name, mark, str(entry.get("shape", "")), entry.get("sha256", "")[:16])
+        table.add_row(
+            cell(name),
+            cell(("yes", "green"))
+            if entry["equal"]
+            else cell(("NO", "red"), f" {entry['differences']}"),
+            cell(str(entry.get("shape", ""))),
+            cell(entry.get("sha256", "")[:16]),
+        )
     console.print(table)
     timing = verify_timing(result)
     if args.pairs and result.equal:  # timing arms that differ would compare different work
@@ -277,21 +285,28 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     if args.json:
         write_atomic(args.json, json.dumps(report, indent=2), what="--json")
     style = "green" if result.equal else "red"
-    console.print(f"[{style}]{result.summary()}[/]")
+    console.print(line((result.summary(), style)))
     if args.json:
         _print_created(missing)
-        console.print(f"wrote the per-field report to [bold]{args.json}[/]", soft_wrap=True)
+        console.print(
+            line("wrote the per-field report to ", (str(args.json), "bold")), soft_wrap=True
+        )
     return 0 if result.equal else 1
 
 
 def _timing_table(name: str, timing: Timing, noise_values: int) -> Table:
     """Noise on the request thread and preparation window of one request, serial vs
     overlapped, captioned with what of the difference is prenoise's (`WindowAttribution`)."""
-    caption = timing.attribution.sentence()
-    if timing.attribution.drift or timing.attribution.noisy:
-        caption = f"[yellow]{caption}[/]"
-    caption = f"{noise_values / 1e6:.2f}M noise values; {caption}"
-    table = Table(title=f"{name}: {timing.runs}", caption=caption, caption_justify="left")
+    sentence = timing.attribution.sentence()
+    flagged = timing.attribution.drift or timing.attribution.noisy
+    table = Table(
+        title=title(f"{name}: {timing.runs}"),
+        caption=caption(
+            f"{noise_values / 1e6:.2f}M noise values; ",
+            (sentence, "yellow") if flagged else sentence,
+        ),
+        caption_justify="left",
+    )
     for column in ("ms", "serial", "overlapped", "saved"):
         table.add_column(column, justify="left" if column == "ms" else "right")
     attribution = timing.attribution
@@ -299,14 +314,14 @@ def _timing_table(name: str, timing: Timing, noise_values: int) -> Table:
         ("noise on the request thread", timing.noise_s, attribution.noise_moved_s),
         ("preparation window", timing.window_s, attribution.window_saved_s),
     ):
-        table.add_row(label, f"{a * 1e3:.1f}", f"{b * 1e3:.1f}", f"{saved * 1e3:.1f}")
+        table.add_row(cell(label), f"{a * 1e3:.1f}", f"{b * 1e3:.1f}", f"{saved * 1e3:.1f}")
     return table
 
 
 def _bench_table(summary: dict[str, object]) -> Table:
     serial, overlapped, delta = (summary[k] for k in ("serial", "overlapped", "delta"))
     assert isinstance(serial, dict) and isinstance(overlapped, dict) and isinstance(delta, dict)
-    table = Table(title=f"{summary['recipe']}: {summary['pairs']} pairs, {summary['timed']}")
+    table = Table(title=title(f"{summary['recipe']}: {summary['pairs']} pairs, {summary['timed']}"))
     table.add_column("metric (median)", no_wrap=True)
     for column in ("serial", "overlapped", "Δ per pair", "Δ min…max"):
         table.add_column(column, justify="right", no_wrap=True)
@@ -314,11 +329,11 @@ def _bench_table(summary: dict[str, object]) -> Table:
         fmt = (lambda v: f"{v / 2**20:.0f}MiB") if metric == "peak_rss_bytes" else "{:.3f}".format
         d = delta.get(metric, {"median": 0.0, "per_pair": [0.0]})
         table.add_row(
-            metric,
-            fmt(stats["median"]),
-            fmt(overlapped[metric]["median"]),
-            fmt(d["median"]),
-            f"{fmt(min(d['per_pair']))}…{fmt(max(d['per_pair']))}",
+            cell(metric),
+            cell(fmt(stats["median"])),
+            cell(fmt(overlapped[metric]["median"])),
+            cell(fmt(d["median"])),
+            cell(f"{fmt(min(d['per_pair']))}…{fmt(max(d['per_pair']))}"),
         )
     return table
 
@@ -331,10 +346,10 @@ def _print_attribution(attribution: dict[str, Any]) -> None:
     style = "yellow" if flagged else "green"
     pairs = len(attribution["per_pair"])
     label = f"medians of {pairs} pairs" if pairs > 1 else "1 pair"
-    console.print(f"[{style}]{label}: {escape(median['said'])}[/]", soft_wrap=True)
+    console.print(line((f"{label}: {median['said']}", style)), soft_wrap=True)
     for index, entry in enumerate(attribution["per_pair"]):
         if entry["encoder_drift"] or entry["timing_noise"]:
-            console.print(f"[yellow]pair {index + 1}: {escape(entry['said'])}[/]", soft_wrap=True)
+            console.print(line((f"pair {index + 1}: {entry['said']}", "yellow")), soft_wrap=True)
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
@@ -354,10 +369,12 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     summary = result.summary
     console.print(_bench_table(summary))
     _print_attribution(summary["attribution"])
-    console.print(f"threads: {summary['threads']}; machine: {summary['machine']}", soft_wrap=True)
+    console.print(
+        line(f"threads: {summary['threads']}; machine: {summary['machine']}"), soft_wrap=True
+    )
     if args.json:
         write_atomic(args.json, json.dumps(summary, indent=2), what="--json")
-        console.print(f"wrote {args.json}")
+        console.print(line(f"wrote {args.json}"))
     if args.trace_dir:
         from prenoise.observe.timeline_plot import plot_timelines
 
@@ -372,7 +389,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
             title=f"{recipe.name}: the median pair (pair {pair + 1} of {summary['pairs']}, by "
             "window difference), threads as lanes",
         )
-        console.print(f"wrote Chrome traces and {png} to {trace_dir}")
+        console.print(line(f"wrote Chrome traces and {png} to {trace_dir}"))
     _print_created(missing)
     return 0
 
@@ -407,9 +424,11 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     with console.status("loading models…"):
         app = create_app(settings)
     console.print(
-        f"serving {recipe.name} on http://{args.host}:{args.port} (outputs: "
-        f"{settings.output_dir}, media root: {media_root}, "
-        f"prepare-ahead: {args.prepare_ahead})",
+        line(
+            f"serving {recipe.name} on http://{args.host}:{args.port} (outputs: "
+            f"{settings.output_dir}, media root: {media_root}, "
+            f"prepare-ahead: {args.prepare_ahead})"
+        ),
         soft_wrap=True,
     )
     http = http_protocol(settings.headers_timeout_s)  # closes connections whose headers lag
@@ -464,7 +483,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except _user_errors() as error:
         if debug:
             raise
-        console.print(f"[red]error:[/] {escape(str(error))}", soft_wrap=True)
+        console.print(line(("error:", "red"), f" {error}"), soft_wrap=True)
         return EXIT_USAGE
     except KeyboardInterrupt:
         if debug:
@@ -474,7 +493,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Terminated as stop:
         if debug:
             raise
-        console.print(f"[red]terminated[/] by {stop.signal_name}")
+        console.print(line(("terminated", "red"), f" by {stop.signal_name}"))
         return 128 + stop.signum
     except Exception as error:  # a bug, or an import of an extra that is not installed
         if debug:
@@ -485,9 +504,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return EXIT_USAGE
         hint = _missing_extra(error) if isinstance(error, ModuleNotFoundError) else None
         if hint is not None:
-            console.print(f"[red]error:[/] {escape(hint)}", soft_wrap=True)
+            console.print(line(("error:", "red"), f" {hint}"), soft_wrap=True)
             return EXIT_USAGE
-        console.print(escape(_internal_error(error)), style="red", soft_wrap=True)
+        console.print(line(_internal_error(error)), style="red", soft_wrap=True)
         return EXIT_INTERNAL
     finally:
         restore()

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import os
 
-from rich.markup import escape
 from rich.table import Table
+
+from prenoise.observe.console_text import cell
 
 __all__ = ["doctor_table"]
 
@@ -23,19 +24,21 @@ def doctor_table() -> Table:
     # `PRENOISE_…=VALUE` at 80 columns: only a token longer than that column is folded.
     table.add_column("what", max_width=26)
     table.add_column("status", overflow="fold")  # paths and variables stay whole, never "…"
-    table.add_row("noise backend", f"{status.name} ({'active' if status.active else 'inactive'})")
-    table.add_row("why", status.reason)
-    table.add_row(kernel.ENV_VAR, os.environ.get(kernel.ENV_VAR, "(unset)"))
-    table.add_row("2 MiB pages for big buffers", kernel.huge_page_status())
+    active = "active" if status.active else "inactive"
+    table.add_row("noise backend", cell(f"{status.name} ({active})"))
+    table.add_row("why", cell(status.reason))
+    table.add_row(cell(kernel.ENV_VAR), cell(os.environ.get(kernel.ENV_VAR, "(unset)")))
+    table.add_row("2 MiB pages for big buffers", cell(kernel.huge_page_status()))
     tested = ", ".join(kernel.TESTED_TORCH_RELEASES)
     table.add_row(
-        "torch", f"{torch.__version__} (tested: {tested}; any torch is self-checked here)"
+        "torch", cell(f"{torch.__version__} (tested: {tested}; any torch is self-checked here)")
     )
     half = kernel.half_rule_status()
-    table.add_row("torch bf16/f16 rule", ("ok: " if half.holds else "REFUSED: ") + half.reason)
-    table.add_row("torch CPU capability", torch.backends.cpu.get_cpu_capability())
-    table.add_row("torch intra-op threads", str(torch.get_num_threads()))
-    table.add_row("CUDA", torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none")
+    table.add_row("torch bf16/f16 rule", cell("ok: " if half.holds else "REFUSED: ", half.reason))
+    table.add_row("torch CPU capability", cell(torch.backends.cpu.get_cpu_capability()))
+    table.add_row("torch intra-op threads", cell(str(torch.get_num_threads())))
+    cuda = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none"
+    table.add_row("CUDA", cell(cuda))
     _noise_stream_rows(table)
     _diffusers_rows(table)
     _vllm_omni_rows(table)
@@ -48,21 +51,21 @@ def _diffusers_rows(table: Table) -> None:
     from prenoise.integrations.diffusers.status import diffusers_status
 
     for name, value in diffusers_status().rows():
-        table.add_row(name, escape(value))
+        table.add_row(cell(name), cell(value))
 
 
 def _noise_stream_rows(table: Table) -> None:
     """Which stream local torch draws; which streams this build can draw, self-checked."""
     from prenoise.noise import streams as noise_streams
 
-    table.add_row("local torch draws stream", noise_streams.local_torch_stream())
+    table.add_row("local torch draws stream", cell(noise_streams.local_torch_stream()))
     usable = ["native"]
     for stream in noise_streams.NON_NATIVE_STREAMS:
         status = noise_streams.stream_status(stream)
-        table.add_row(f"stream {stream!r} self-check", status.summary())
+        table.add_row(cell(f"stream {stream!r} self-check"), cell(status.summary()))
         if status.usable:
             usable.append(stream)
-    table.add_row("streams this build can draw", ", ".join(usable))
+    table.add_row("streams this build can draw", cell(", ".join(usable)))
 
 
 def _vllm_omni_rows(table: Table) -> None:
@@ -70,4 +73,4 @@ def _vllm_omni_rows(table: Table) -> None:
     from prenoise.integrations.vllm_omni.status import plugin_status
 
     for name, value in plugin_status().rows():
-        table.add_row(name, escape(value))
+        table.add_row(cell(name), cell(value))

@@ -30,7 +30,6 @@ from pathlib import Path
 from types import FrameType
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from prenoise.distributed.bench import run_distributed_bench
@@ -47,6 +46,7 @@ from prenoise.distributed.shm import sweep_stale_segments
 from prenoise.distributed.status import DistributedPreparationError
 from prenoise.distributed.verification import verify_distributed
 from prenoise.guards.atomic import write_atomic
+from prenoise.observe.console_text import cell, line, title
 from prenoise.observe.progress import CommandProgress
 from prenoise.ref2va.cli_options import check_request_outputs, recipe_from_args
 from prenoise.ref2va.config import ParallelConfig, Recipe, RecipeError
@@ -84,7 +84,7 @@ def _refuse(ctx: DistContext, error: Exception) -> int:
     `main` has restored the default handler, while the interpreter exits)."""
     signal.signal(signal.SIGTERM, _exit_refused)
     if ctx.local_rank == 0:
-        console.print(f"[red]error:[/] {escape(str(error))}", soft_wrap=True)
+        console.print(line(("error:", "red"), f" {error}"), soft_wrap=True)
     ctx.barrier()
     atexit.register(signal.signal, signal.SIGTERM, signal.SIG_IGN)
     return EXIT_USAGE
@@ -138,13 +138,18 @@ def run_distributed(args: argparse.Namespace) -> int:
         if ctx.rank == 0:  # rank 0 writes the outputs: it says which directories it made
             for option, directory in missing:
                 if directory.is_dir():
-                    console.print(f"created the directory {directory} ({option})", markup=False)
+                    console.print(line(f"created the directory {directory} ({option})"))
         return status
     except DistributedPreparationError as error:
-        console.print(f"[red]error:[/] [rank {ctx.rank}] {error}", soft_wrap=True)
+        _print_rank_failure(ctx.rank, error)
         return 1
     finally:
         shutdown()
+
+
+def _print_rank_failure(rank: int, error: Exception) -> None:
+    """The line a rank prints when preparation failed on it: `error: [rank N] <error>`."""
+    console.print(line(("error:", "red"), f" [rank {rank}] {error}"), soft_wrap=True)
 
 
 def _generate(
@@ -167,14 +172,15 @@ def _generate(
 
     def report() -> int:
         if ctx.rank == 0:
-            table = Table(title=f"{recipe.name}: {args.arm} arm, {ctx.world_size} ranks (rank 0)")
+            heading = f"{recipe.name}: {args.arm} arm, {ctx.world_size} ranks (rank 0)"
+            table = Table(title=title(heading))
             table.add_column("stage")
             table.add_column("seconds", justify="right")
             for name, value in seconds.items():
-                table.add_row(name, f"{value:.3f}")
+                table.add_row(cell(name), f"{value:.3f}")
             console.print(table)
             for path in paths:
-                console.print(f"wrote [bold]{path}[/]")
+                console.print(line("wrote ", (str(path), "bold")))
         return 0
 
     return report
@@ -194,7 +200,7 @@ def _verify(
             if args.json:
                 write_atomic(args.json, json.dumps(result.to_json(), indent=2), what="--json")
             style = "green" if result.equal else "red"
-            console.print(f"[{style}]{result.summary()}[/]", soft_wrap=True)
+            console.print(line((result.summary(), style)), soft_wrap=True)
         return 0 if result.equal else 1
 
     return report
@@ -219,20 +225,23 @@ def _bench(
     def report() -> int:
         if summary is None:  # the other ranks
             return 0
-        table = Table(title=f"{summary['recipe']}: {ctx.world_size} ranks, medians per request")
+        heading = f"{summary['recipe']}: {ctx.world_size} ranks, medians per request"
+        table = Table(title=title(heading))
         table.add_column("metric")
         for mode in summary["medians"]:
-            table.add_column(mode, justify="right")
+            table.add_column(cell(mode), justify="right")
         first = next(iter(summary["medians"].values()))
         for key in first:
             scale = 2**20 if key.endswith("bytes") else 1
-            cells = [f"{summary['medians'][m][key] / scale:.3f}" for m in summary["medians"]]
-            table.add_row(key.replace("_bytes", "_MiB"), *cells)
+            table.add_row(
+                cell(key.replace("_bytes", "_MiB")),
+                *[f"{summary['medians'][m][key] / scale:.3f}" for m in summary["medians"]],
+            )
         console.print(table)
-        console.print(f"threads (each rank): {summary['threads']}", soft_wrap=True)
+        console.print(line(f"threads (each rank): {summary['threads']}"), soft_wrap=True)
         if args.json:
             write_atomic(args.json, json.dumps(summary, indent=2), what="--json")
-            console.print(f"wrote {args.json}")
+            console.print(line(f"wrote {args.json}"))
         return 0
 
     return report

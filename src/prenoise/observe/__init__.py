@@ -1,4 +1,5 @@
 """Observation: thread-aware spans (`tracing`), per-request metrics derived from them
 (`metrics`), what a serial-vs-overlapped difference is credited to (`attribution`), PNG
-timelines (`timeline_plot`, matplotlib) and the progress long commands show (`progress`).
+timelines (`timeline_plot`, matplotlib), the progress long commands show (`progress`) and
+run-time text for rich output, printed as it is (`console_text`).
 Recording never changes a value."""

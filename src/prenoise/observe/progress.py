@@ -55,7 +55,7 @@ class CommandProgress:
         if self._mode == "live":
             self._progress = Progress(
                 SpinnerColumn(),
-                TextColumn("{task.description}"),
+                TextColumn("{task.description}", markup=False),  # stage names are literal
                 BarColumn(),
                 MofNCompleteColumn(),
                 TimeElapsedColumn(),

@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from prenoise.guards.usage import UsageError, check_output_file
 from prenoise.integrations.vllm_omni.settings import MISMATCH_ENV, NOISE_STREAM_ENV
 from prenoise.noise import streams as noise_streams
+from prenoise.observe.console_text import cell, line, title
 from prenoise.preparation.prediction import PredictionMismatchError
 
 if TYPE_CHECKING:
@@ -155,15 +155,18 @@ def _run_checked(args: argparse.Namespace, console: Console) -> int:
                 result = _verify(lambda: verify_request(request))
         except PredictionMismatchError as error:  # the plugin arm raised, as asked: a finding
             console.print(
-                f"[red]NOT VERIFIED:[/] the plugin-on arm raised PredictionMismatchError "
-                f"({MISMATCH_ENV}=raise), upstream did not: {escape(str(error))}",
+                line(
+                    ("NOT VERIFIED:", "red"),
+                    " the plugin-on arm raised PredictionMismatchError "
+                    f"({MISMATCH_ENV}=raise), upstream did not: {error}",
+                ),
                 soft_wrap=True,
             )
             return 1
         report = result.to_json()
         out.commit(json.dumps(report, indent=2))
     _print_report(console, result, report)
-    console.print(f"wrote {out.path}")
+    console.print(line(f"wrote {out.path}"))
     return 0 if result.verified else 1
 
 
@@ -186,7 +189,7 @@ def _verify_upstream_overlap(request: H3Request, out: _ReportFile, console: Cons
         console, result.upstream, result.upstream.to_json(), "upstream: serial vs own overlap"
     )
     _print_report(console, result.plugin, result.plugin.to_json(), "upstream serial vs prenoise on")
-    console.print(f"wrote {out.path}")
+    console.print(line(f"wrote {out.path}"))
     return 0 if result.verified else 1
 
 
@@ -286,10 +289,10 @@ def _print_report(
     console: Console,
     result: VerifyResult,
     report: dict[str, object],
-    title: str = "plugin off vs on",
+    heading: str = "plugin off vs on",
 ) -> None:
     """The noise fields and any difference as a table, then the verdict and its reasons."""
-    table = Table(title=f"MiniMax-H3 (vllm-omni): {title}")
+    table = Table(title=title(f"MiniMax-H3 (vllm-omni): {heading}"))
     for column in ("field", "equal", "shape", "drawn on (plugin on)"):
         table.add_column(column)
     fields = report["fields"]
@@ -298,14 +301,20 @@ def _print_report(
     for name, entry in fields.items():
         if not name.split(".")[-1].endswith("noise") and entry["equal"]:
             continue  # the table shows the noise fields and any difference; the JSON has all
-        mark = "[green]yes[/]" if entry["equal"] else f"[red]NO[/] {entry['differences']}"
-        table.add_row(name, mark, str(entry["shape"]), drawn_on.get(name, ""))
+        table.add_row(
+            cell(name),
+            cell(("yes", "green"))
+            if entry["equal"]
+            else cell(("NO", "red"), f" {entry['differences']}"),
+            cell(str(entry["shape"])),
+            cell(drawn_on.get(name, "")),
+        )
     console.print(table)
-    console.print(f"geometry: {report['geometry']}", soft_wrap=True)
-    console.print(f"noise stream: {report['noise_stream']} (both arms)", soft_wrap=True)
+    console.print(line(f"geometry: {report['geometry']}"), soft_wrap=True)
+    console.print(line(f"noise stream: {report['noise_stream']} (both arms)"), soft_wrap=True)
     for reason in result.not_prepared_reasons:
-        console.print(f"[red]not prepared ahead:[/] {escape(reason)}", soft_wrap=True)
+        console.print(line(("not prepared ahead:", "red"), f" {reason}"), soft_wrap=True)
     for value in result.uncompared:
-        console.print(f"[red]not compared:[/] {escape(value)}", soft_wrap=True)
+        console.print(line(("not compared:", "red"), f" {value}"), soft_wrap=True)
     style = "green" if result.verified else "red"
-    console.print(f"[{style}]{escape(result.summary())}[/]", soft_wrap=True)
+    console.print(line((result.summary(), style)), soft_wrap=True)

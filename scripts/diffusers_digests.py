@@ -17,25 +17,18 @@ Exit 2 when a key is missing from a release (its line says which).
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
-import zipfile
 from pathlib import Path
 
-from prenoise.integrations.diffusers.digests import CodeUnavailable, code_digest
+from prenoise.guards.source_digests import (
+    CodeUnavailable,
+    code_digest,
+    release_wheel,
+    wheel_module_source,
+)
 from prenoise.integrations.diffusers.reviewed import RELEASES
 
 DEFAULT_WHEELS = Path("/tmp/prenoise-diffusers-wheels")
-
-
-def wheel(release: str, folder: Path) -> Path:
-    """The diffusers wheel of `release` in `folder`, downloaded (no dependencies) if missing."""
-    path = folder / f"diffusers-{release}-py3-none-any.whl"
-    if not path.is_file():
-        folder.mkdir(parents=True, exist_ok=True)
-        pip = [sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check"]
-        subprocess.run([*pip, "--no-deps", f"diffusers=={release}", "-d", str(folder)], check=True)
-    return path
 
 
 def digests_of(key: str, wheels: dict[str, Path]) -> tuple[dict[str, list[str]], list[str]]:
@@ -44,14 +37,10 @@ def digests_of(key: str, wheels: dict[str, Path]) -> tuple[dict[str, list[str]],
     seen: dict[str, list[str]] = {}
     missing = []
     for release, path in wheels.items():
-        with zipfile.ZipFile(path) as archive:
-            names = set(archive.namelist())
-            base = module.replace(".", "/")
-            member = next((n for n in (f"{base}.py", f"{base}/__init__.py") if n in names), None)
-            if member is None:
-                missing.append(release)
-                continue
-            source = archive.read(member).decode()
+        source = wheel_module_source(path, module)
+        if source is None:
+            missing.append(release)
+            continue
         try:
             seen.setdefault(code_digest(source, qualname), []).append(release)
         except CodeUnavailable:
@@ -68,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     bad = [k for k in args.keys if k.count(":") != 1 or not all(k.split(":"))]
     if bad:
         parser.error(f"not module:qualname: {', '.join(bad)}")
-    wheels = {r: wheel(r, args.wheels) for r in (args.release or RELEASES)}
+    wheels = {r: release_wheel("diffusers", r, args.wheels) for r in (args.release or RELEASES)}
     status = 0
     for key in args.keys:
         seen, missing = digests_of(key, wheels)

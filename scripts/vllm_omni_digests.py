@@ -18,25 +18,18 @@ when a key's module is missing from every release (a misspelt key).
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
-import zipfile
 from pathlib import Path
 
-from prenoise.integrations.vllm_omni.digests import CodeUnavailable, code_digest
+from prenoise.guards.source_digests import (
+    CodeUnavailable,
+    code_digest,
+    release_wheel,
+    wheel_module_source,
+)
 from prenoise.integrations.vllm_omni.reviewed import ABSENT, RELEASES, REVIEWED
 
 DEFAULT_WHEELS = Path("/tmp/prenoise-vllm-omni-wheels")
-
-
-def wheel(release: str, folder: Path) -> Path:
-    """The vllm-omni wheel of `release` in `folder`, downloaded (no dependencies) if missing."""
-    path = folder / f"vllm_omni-{release}-py3-none-any.whl"
-    if not path.is_file():
-        folder.mkdir(parents=True, exist_ok=True)
-        pip = [sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check"]
-        subprocess.run([*pip, "--no-deps", f"vllm-omni=={release}", "-d", str(folder)], check=True)
-    return path
 
 
 def digests_of(key: str, wheels: dict[str, Path]) -> tuple[dict[str, list[str]], list[str]]:
@@ -45,11 +38,7 @@ def digests_of(key: str, wheels: dict[str, Path]) -> tuple[dict[str, list[str]],
     seen: dict[str, list[str]] = {}
     missing = []
     for release, path in wheels.items():
-        with zipfile.ZipFile(path) as archive:
-            names = set(archive.namelist())
-            base = module.replace(".", "/")
-            member = next((n for n in (f"{base}.py", f"{base}/__init__.py") if n in names), None)
-            source = None if member is None else archive.read(member).decode()
+        source = wheel_module_source(path, module)
         if source is None:
             missing.append(release)
             digest = ABSENT
@@ -69,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--wheels", type=Path, default=DEFAULT_WHEELS, help="the wheel folder")
     args = parser.parse_args(argv)
     releases = args.release or list(RELEASES)
-    wheels = {release: wheel(release, args.wheels) for release in releases}
+    wheels = {release: release_wheel("vllm-omni", release, args.wheels) for release in releases}
     status = 0
     for key in args.keys or list(REVIEWED):
         seen, missing = digests_of(key, wheels)

@@ -44,6 +44,7 @@ pytest.importorskip("diffusers")
 
 import diffusers
 
+from prenoise.guards.source_digests import definition
 from prenoise.integrations.diffusers import (
     TESTED_DIFFUSERS_VERSIONS,
     digests,
@@ -118,7 +119,7 @@ def test_the_installed_draw_code_is_the_reviewed_code(key: str) -> None:
         assert VERSION in releases, f"{key}: {digest} was reviewed on {releases}, not {VERSION}"
     module_name, qualname = key.split(":")
     source = inspect.getsource(importlib.import_module(module_name))
-    node = digests._definition(ast.parse(source), qualname)
+    node = definition(ast.parse(source), qualname)
     if isinstance(node, ast.FunctionDef):  # whole-class keys: only the package digests those
         assert code_digest(source, qualname) == digest, key
 

@@ -27,8 +27,6 @@ reviewed release (a `__call__` that handed the generator to it would change its 
 from __future__ import annotations
 
 import ast
-import copy
-import hashlib
 import importlib
 import sys
 import threading
@@ -36,6 +34,7 @@ import tokenize
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
+from prenoise.guards.source_digests import CodeUnavailable, code_digest, definition, node_digest
 from prenoise.integrations.diffusers.reviewed import COMMON, RELEASES, REVIEWED, SHARED
 from prenoise.integrations.diffusers.reviewed_modular import MODULAR_COMMON, MODULAR_REVIEWED
 
@@ -68,15 +67,11 @@ for _modular, _table in MODULAR_REVIEWED.items():
     for _key, _seen in _table.items():
         _reviewed.setdefault(_key, {}).update(_seen)
     _explicit[_modular] = (*MODULAR_COMMON, *_table)
-_parse_lock = threading.Lock()  # parsing and stripping the cached trees
+_parse_lock = threading.Lock()  # parsing the cached trees
 _trees: dict[str, ast.Module] = {}
 _digests: dict[str, str] = {}
 _problems: dict[tuple[str, ...], str | None] = {}
 _verdicts: dict[tuple[str, str], str | None] = {}  # (kind, class path) -> verdict, once per class
-
-
-class CodeUnavailable(LookupError):
-    """The source of a relied-on function cannot be read (module or definition missing)."""
 
 
 def _reset() -> None:
@@ -93,59 +88,6 @@ def _forget_verdicts() -> None:
     with _lock:
         _problems.clear()
         _verdicts.clear()
-
-
-def _definition(tree: ast.Module, qualname: str) -> ast.FunctionDef | ast.ClassDef:
-    node: ast.AST = tree
-    for part in qualname.split("."):
-        found = next(
-            (
-                n
-                for n in getattr(node, "body", ())
-                if isinstance(n, ast.ClassDef | ast.FunctionDef) and n.name == part
-            ),
-            None,
-        )
-        if found is None:
-            raise CodeUnavailable(f"{qualname} is not defined there")
-        node = found
-    assert isinstance(node, ast.FunctionDef | ast.ClassDef)
-    return node
-
-
-def _strip(node: ast.FunctionDef | ast.ClassDef) -> None:
-    first = node.body[0] if node.body else None
-    if (
-        isinstance(first, ast.Expr)
-        and isinstance(first.value, ast.Constant)
-        and isinstance(first.value.value, str)
-    ):
-        node.body = node.body[1:]
-    if isinstance(node, ast.FunctionDef):
-        node.returns = None
-
-
-def _normalized(node: ast.FunctionDef | ast.ClassDef) -> str:
-    """The node's normalized source. A function node is stripped in place (idempotent: its
-    own docstring and annotation only, which no other digest keeps); a class node is copied."""
-    if isinstance(node, ast.ClassDef):  # a whole class: every docstring and annotation in it
-        node = copy.deepcopy(node)
-        for inner in ast.walk(node):
-            if isinstance(inner, ast.FunctionDef | ast.ClassDef):
-                _strip(inner)
-    else:
-        _strip(node)
-    return ast.unparse(node)
-
-
-def code_digest(source: str, qualname: str) -> str:
-    """The digest of the function (or class) `qualname` defined in the module `source`.
-
-    A function: its `ast.unparse` without its docstring and return annotation. A class: the
-    same for the class and every function and class in it. `CodeUnavailable` when `qualname`
-    is not defined at module level (a dotted path goes through classes)."""
-    node = _definition(ast.parse(source), qualname)
-    return hashlib.sha256(_normalized(node).encode()).hexdigest()[:12]
 
 
 def _source_file(module: str) -> Path:
@@ -191,10 +133,10 @@ def installed_digest(key: str) -> str:
         module, _, qualname = key.partition(":")
         with _parse_lock:
             try:
-                node = _definition(_tree(module), qualname)
+                node = definition(_tree(module), qualname)
             except CodeUnavailable as error:
                 raise CodeUnavailable(f"{qualname} ({module}): {error}") from None
-            digest = hashlib.sha256(_normalized(node).encode()).hexdigest()[:12]
+            digest = node_digest(node)
         _digests[key] = digest
     return digest
 

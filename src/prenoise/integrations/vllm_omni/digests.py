@@ -5,9 +5,9 @@ those whose behaviour it relies on (`reviewed.PATHS` lists them per *path*: Mini
 noise streams, MiniMax-H3's noise prepared ahead, Wan2.2 T2V's latents prepared ahead). Each was
 read on every release of `reviewed.RELEASES` and its *digest* recorded: sha256 (12 hex digits) of
 the function's `ast.unparse` with its docstring and return annotation dropped, so formatting,
-comments and docs do not count, any code change does (the same digest as the diffusers
-integration's). `ABSENT` records that a release does not define the function at all (its module
-lacks it, or the release has no such module).
+comments and docs do not count, any code change does (`prenoise.guards.source_digests`, the
+diffusers integration's digest too; a class is digested whole). `ABSENT` records that a release
+does not define the function at all (its module lacks it, or the release has no such module).
 
 Once per process (at `register()`, or the first question) the installed digests are computed from
 the modules' source files, found under the `vllm_omni` package folder without importing
@@ -20,7 +20,6 @@ untouched and the reason, naming the function, is logged once (`plugin.register`
 from __future__ import annotations
 
 import ast
-import copy
 import hashlib
 import importlib.util
 import threading
@@ -28,6 +27,7 @@ import tokenize
 from collections.abc import Iterable
 from pathlib import Path
 
+from prenoise.guards.source_digests import CodeUnavailable, code_digest, definition, node_digest
 from prenoise.integrations.vllm_omni.reviewed import (
     ABSENT,
     DRAW_SITES,
@@ -55,10 +55,6 @@ _digests: dict[str, str] = {}
 _problems: dict[str, str | None] = {}
 
 
-class CodeUnavailable(LookupError):
-    """The source of a relied-on function cannot be read (package, module or definition)."""
-
-
 class _ModuleMissing(CodeUnavailable):
     """The package is installed but has no such module (a release before the module existed)."""
 
@@ -70,46 +66,6 @@ def reset() -> None:
         _digests.clear()
         _problems.clear()
         _draw_sites.clear()
-
-
-def _definition(tree: ast.Module, qualname: str) -> ast.FunctionDef | ast.ClassDef:
-    node: ast.AST = tree
-    for part in qualname.split("."):
-        found = next(
-            (
-                n
-                for n in getattr(node, "body", ())
-                if isinstance(n, ast.ClassDef | ast.FunctionDef) and n.name == part
-            ),
-            None,
-        )
-        if found is None:
-            raise CodeUnavailable(f"{qualname} is not defined there")
-        node = found
-    assert isinstance(node, ast.FunctionDef | ast.ClassDef)
-    return node
-
-
-def _normalized(node: ast.FunctionDef | ast.ClassDef) -> str:
-    """`ast.unparse` of `node` without its docstring and (a function's) return annotation; the
-    parsed tree is not changed (a shallow copy takes the new body)."""
-    stripped = copy.copy(node)
-    first = node.body[0] if node.body else None
-    if (
-        isinstance(first, ast.Expr)
-        and isinstance(first.value, ast.Constant)
-        and isinstance(first.value.value, str)
-    ):
-        stripped.body = node.body[1:]
-    if isinstance(stripped, ast.FunctionDef):
-        stripped.returns = None
-    return ast.unparse(stripped)
-
-
-def code_digest(source: str, qualname: str) -> str:
-    """The digest of the function `qualname` (dotted through classes) defined in `source`."""
-    node = _definition(ast.parse(source), qualname)
-    return hashlib.sha256(_normalized(node).encode()).hexdigest()[:12]
 
 
 def _source_file(module: str) -> Path:
@@ -159,9 +115,7 @@ def installed_digest(key: str) -> str:
                 _digests[key] = ABSENT
                 return ABSENT
             try:
-                digest = hashlib.sha256(
-                    _normalized(_definition(tree, qualname)).encode()
-                ).hexdigest()[:12]
+                digest = node_digest(definition(tree, qualname))
             except CodeUnavailable:
                 digest = ABSENT
             _digests[key] = digest
@@ -252,7 +206,7 @@ def draw_sites(module: str) -> tuple[tuple[str, str], ...]:
                     if isinstance(child, ast.ClassDef):
                         visit(child, f"{prefix}{child.name}.")
                     elif isinstance(child, ast.FunctionDef) and _draws(child):
-                        digest = hashlib.sha256(_normalized(child).encode()).hexdigest()[:12]
+                        digest = node_digest(child)
                         sites.append((f"{prefix}{child.name}", digest))
 
             visit(_tree(module), "")

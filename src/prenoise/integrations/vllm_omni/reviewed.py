@@ -124,7 +124,7 @@ REVIEWED: dict[str, dict[str, tuple[str, ...]]] = {
     _H3 + "continuation:diffuse_continuation": {"b6aaa7a6b54a": _ALL},
     _H3 + "continuation:_video_t": {"573945a2416d": _ALL},
     _H3 + "continuation:_audio_t": {"9e917fc87c54": _ALL},
-    _H3 + "continuation:ContinuationWindow": {"81893a3b7de9": _ALL},
+    _H3 + "continuation:ContinuationWindow": {"051687ce9f01": _ALL},
     _H3 + "packed_tokens:minimax_h3_patchify_video_latent": {"45147f3282aa": _ALL},
     _VAE + "MiniMaxH3VideoVAE._stream_prepare_video_tensor": {
         "567e87191b6a": _V30_31,

@@ -1,0 +1,104 @@
+"""Source digests of upstream code: how both integrations decide support by the code itself.
+
+A *digest* is the sha256 (12 hex digits) of a function's `ast.unparse` with its docstring and
+return annotation dropped, so formatting, comments and docs do not count and any code change
+does. A class is digested whole: the same for the class and every function and class in it.
+diffusers' and vLLM-Omni's reviewed tables (`integrations.*.reviewed`) record these digests per
+release; `scripts/diffusers_digests.py` and `scripts/vllm_omni_digests.py` print them from the
+released wheels (`release_wheel`, `wheel_module_source`).
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import hashlib
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+__all__ = [
+    "CodeUnavailable",
+    "code_digest",
+    "definition",
+    "node_digest",
+    "release_wheel",
+    "wheel_module_source",
+]
+
+
+class CodeUnavailable(LookupError):
+    """The source of a relied-on function cannot be read (package, module or definition)."""
+
+
+def definition(tree: ast.Module, qualname: str) -> ast.FunctionDef | ast.ClassDef:
+    """The function or class `qualname` (dotted through classes) defined at module level of
+    `tree`; `CodeUnavailable` when it is not."""
+    node: ast.AST = tree
+    for part in qualname.split("."):
+        found = next(
+            (
+                n
+                for n in getattr(node, "body", ())
+                if isinstance(n, ast.ClassDef | ast.FunctionDef) and n.name == part
+            ),
+            None,
+        )
+        if found is None:
+            raise CodeUnavailable(f"{qualname} is not defined there")
+        node = found
+    assert isinstance(node, ast.FunctionDef | ast.ClassDef)
+    return node
+
+
+def _strip(node: ast.FunctionDef | ast.ClassDef) -> None:
+    first = node.body[0] if node.body else None
+    if (
+        isinstance(first, ast.Expr)
+        and isinstance(first.value, ast.Constant)
+        and isinstance(first.value.value, str)
+    ):
+        node.body = node.body[1:]
+    if isinstance(node, ast.FunctionDef):
+        node.returns = None
+
+
+def node_digest(node: ast.FunctionDef | ast.ClassDef) -> str:
+    """The digest of a parsed function or class (the tree is not changed)."""
+    if isinstance(node, ast.ClassDef):  # a whole class: every docstring and annotation in it
+        stripped: ast.FunctionDef | ast.ClassDef = copy.deepcopy(node)
+        for inner in ast.walk(stripped):
+            if isinstance(inner, ast.FunctionDef | ast.ClassDef):
+                _strip(inner)
+    else:  # a shallow copy takes the new body and annotation
+        stripped = copy.copy(node)
+        _strip(stripped)
+    return hashlib.sha256(ast.unparse(stripped).encode()).hexdigest()[:12]
+
+
+def code_digest(source: str, qualname: str) -> str:
+    """The digest of the function (or class) `qualname` defined in the module `source`;
+    `CodeUnavailable` when it is not defined there."""
+    return node_digest(definition(ast.parse(source), qualname))
+
+
+def release_wheel(project: str, release: str, folder: Path) -> Path:
+    """The pure-Python wheel of `project`'s `release` in `folder`, downloaded there with
+    `pip download --no-deps` when missing (recording digests; nothing is installed)."""
+    path = folder / f"{project.replace('-', '_')}-{release}-py3-none-any.whl"
+    if not path.is_file():
+        folder.mkdir(parents=True, exist_ok=True)
+        pip = [sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check"]
+        subprocess.run([*pip, "--no-deps", f"{project}=={release}", "-d", str(folder)], check=True)
+    return path
+
+
+def wheel_module_source(wheel: Path, module: str) -> str | None:
+    """The source of `module` (`a.b.c`: `a/b/c.py` or `a/b/c/__init__.py`) in `wheel`; None
+    when the wheel has no such module."""
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+        base = module.replace(".", "/")
+        member = next((n for n in (f"{base}.py", f"{base}/__init__.py") if n in names), None)
+        return None if member is None else archive.read(member).decode()

@@ -10,28 +10,22 @@ window with the output's seed. Window k draws:
   noise of the request's condition shapes followed, from the second window on, by the latent
   guide `(_video_t(overlap), latent_h, latent_w)` (the previous window's tail).
 
-`continuation_draws` lists them with upstream's own functions (never a copy of their arithmetic);
-each prediction is used only after the pipeline's actual arguments equal it.
+`continuation_keys` gives each window's keys (`_initial_noise`'s and the condition call's) with
+upstream's own functions (never a copy of their arithmetic); each prediction is used only after
+the pipeline's actual arguments equal it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
+from prenoise.integrations.vllm_omni.h3_keys import ConditionKey, InitialNoiseKey
 from prenoise.ref2va.noise import LatentShape
 
-__all__ = ["WindowDraws", "continuation_draws", "resolved_continuation"]
+__all__ = ["WindowKeys", "continuation_keys", "resolved_continuation"]
 
-
-@dataclass(frozen=True)
-class WindowDraws:
-    """What one continuation window draws (its seed is the output's)."""
-
-    latent_t: int
-    audio_t: int
-    condition_shapes: tuple[LatentShape, ...]
-    """Empty when the window has no visual condition (no condition draw)."""
+WindowKeys = tuple[InitialNoiseKey, ConditionKey | None]
+"""One window's `_initial_noise` key and its condition call's (None: no condition draw)."""
 
 
 def resolved_continuation(pipeline: Any, sampling: Any, task: str) -> tuple[int, int] | None:
@@ -46,19 +40,20 @@ def resolved_continuation(pipeline: Any, sampling: Any, task: str) -> tuple[int,
     return None if resolved is None else (int(resolved[0]), int(resolved[1]))
 
 
-def continuation_draws(
+def continuation_keys(
+    seed: int,
     num_frames: int,
     window_frames: int,
     overlap_frames: int,
     latent_h: int,
     latent_w: int,
     condition_shapes: tuple[LatentShape, ...],
-) -> tuple[WindowDraws, ...]:
-    """Every window's draws, in upstream's order (`plan_continuation_windows`)."""
+) -> tuple[WindowKeys, ...]:
+    """Every window's keys for output `seed`, in upstream's order (`plan_continuation_windows`)."""
     from vllm_omni.diffusion.models.minimax_h3 import continuation
 
     windows = continuation.plan_continuation_windows(num_frames, window_frames, overlap_frames)
-    draws = []
+    keys: list[WindowKeys] = []
     for window in windows:
         shapes = condition_shapes
         if window.overlap:  # the previous window's latent tail, appended as one more condition
@@ -66,5 +61,6 @@ def continuation_draws(
             shapes = (*condition_shapes, guide)
         latent_t = int(continuation._video_t(window.end - window.start))
         audio_t = int(window.audio_end - window.audio_start)
-        draws.append(WindowDraws(latent_t, audio_t, shapes))
-    return tuple(draws)
+        initial = InitialNoiseKey(seed, latent_t, latent_h, latent_w, audio_t)
+        keys.append((initial, ConditionKey(seed, latent_t, shapes) if shapes else None))
+    return tuple(keys)

@@ -45,8 +45,8 @@ import torch
 from prenoise.guards.cancel import CancelEvent
 from prenoise.integrations.vllm_omni import support
 from prenoise.integrations.vllm_omni.h3_continuation import (
-    WindowDraws,
-    continuation_draws,
+    WindowKeys,
+    continuation_keys,
     resolved_continuation,
 )
 from prenoise.integrations.vllm_omni.h3_keys import (
@@ -144,9 +144,6 @@ class observe_draws:
         _observers.remove(self.observer)
 
 
-_Keys = tuple[InitialNoiseKey, ConditionKey | None]
-
-
 @dataclass
 class _Plan:
     """What was submitted for one output seed."""
@@ -157,7 +154,7 @@ class _Plan:
     upstream: bool = False
     """Upstream draws this output's initial noise ahead itself (and its dependent-recipe
     condition noise); prenoise submitted only what upstream draws serially."""
-    windows: tuple[_Keys, ...] = ()
+    windows: tuple[WindowKeys, ...] = ()
     """A continuation request: every window's keys for this output (`initial`/`condition` are
     window `window`'s)."""
     window: int = 0
@@ -314,18 +311,14 @@ class RequestPreparation:
             if shapes is None:
                 return "the video VAE does not expose its alignment methods (continuation)"
             window, overlap = self._continuation
-            windows = _window_keys(
+            windows = continuation_keys(
                 seed,
-                continuation_draws(
-                    int(media.num_frames),
-                    window,
-                    overlap,
-                    initial.latent_h,
-                    initial.latent_w,
-                    shapes,
-                ),
+                int(media.num_frames),
+                window,
+                overlap,
                 initial.latent_h,
                 initial.latent_w,
+                shapes,
             )
             self._submit(*windows[0], windows=windows)  # upstream draws no continuation ahead
             return None
@@ -389,7 +382,7 @@ class RequestPreparation:
         condition: ConditionKey | None,
         *,
         upstream: bool = False,
-        windows: tuple[_Keys, ...] = (),
+        windows: tuple[WindowKeys, ...] = (),
         window: int = 0,
     ) -> None:
         """Submit an output's draws (a continuation request: window `window` of `windows`);
@@ -535,19 +528,7 @@ class RequestPreparation:
         self._submit(initial, condition)
 
 
-def _window_keys(
-    seed: int, windows: Sequence[WindowDraws], latent_h: int, latent_w: int
-) -> tuple[_Keys, ...]:
-    """Each continuation window's keys (`_initial_noise`'s and the condition call's)."""
-    keys: list[_Keys] = []
-    for window in windows:
-        initial = InitialNoiseKey(seed, window.latent_t, latent_h, latent_w, window.audio_t)
-        shapes = window.condition_shapes
-        keys.append((initial, ConditionKey(seed, window.latent_t, shapes) if shapes else None))
-    return tuple(keys)
-
-
-def _with_seed(keys: _Keys, seed: int) -> _Keys:
+def _with_seed(keys: WindowKeys, seed: int) -> WindowKeys:
     initial, condition = keys
     moved = dataclasses.replace(condition, seed=seed) if condition is not None else None
     return dataclasses.replace(initial, seed=seed), moved

@@ -220,11 +220,11 @@ system-tools:
 
 aarch64-tools: system-tools
 
-$(AARCH64_DUMP): $(CSRC)/stream_dump.c $(CSRC)/noise_kernel.c $(CSRC)/box_muller_portable.c \
-		$(CSRC)/noise_kernel.h
+$(AARCH64_DUMP): $(CSRC)/stream_dump.c $(CSRC)/noise_kernel.c $(CSRC)/mt19937.c \
+		$(CSRC)/box_muller_portable.c $(CSRC)/noise_kernel.h $(CSRC)/mt19937.h
 	mkdir -p $(dir $@)
 	aarch64-linux-gnu-gcc -static -O3 -ffp-contract=off -pthread -o $@ \
-		$(CSRC)/stream_dump.c $(CSRC)/box_muller_portable.c -lm
+		$(CSRC)/stream_dump.c $(CSRC)/mt19937.c $(CSRC)/box_muller_portable.c -lm
 
 # Prints the sha256 `prenoise stream-digest --stream S --seed N --count N --dtype D` prints.
 aarch64-stream-digest: aarch64-tools $(AARCH64_DUMP)

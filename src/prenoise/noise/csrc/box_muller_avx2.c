@@ -8,6 +8,7 @@
  * -ffp-contract=off, so its bits do not depend on this compiler's contraction choices. The
  * self-check in prenoise.noise.kernel verifies the result against torch.
  */
+#include "mt19937.h"
 #include "noise_kernel.h"
 
 #ifdef PRENOISE_HAVE_AVX2_BUILD
@@ -146,6 +147,8 @@ AVX2_FN void mt_twist_avx2(uint32_t *s) {
     s[MT_N - 1] = s[MT_M - 1] ^ (y >> 1) ^ ((s[0] & 1u) ? 0x9908b0dfu : 0u);
 }
 
+/* The engine's mt_uniforms_impl (mt19937.h) compiled here for AVX2, so that its tempering loop
+ * runs 8 words at a time; the words and uniforms are those of mt_uniforms_scalar. */
 AVX2_FN void mt_uniforms_avx2(mt_t *mt, float *dst, int64_t k) {
     mt_uniforms_impl(mt, dst, k, mt_twist_avx2);
 }

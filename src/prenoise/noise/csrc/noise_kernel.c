@@ -12,6 +12,10 @@
  *   5016: f64 normal_x, normal_y, normal_rho | 5040: i32 normal_is_valid | 5048: f32
  *   next_float_normal_sample | 5052: bool valid | 5056 bytes in all (with padding).
  * at::mt19937 reads a word with `if (--left == 0) twist(); return temper(state[next++]);`.
+ *
+ * This unit is the dispatcher: it picks a back end, splits a draw over threads and binds it to
+ * Python. It calls the MT19937 engine (mt19937.c) and the Box-Muller back ends (box_muller_*.c);
+ * neither calls back into it.
  */
 #ifndef PRENOISE_NO_PYTHON /* stream_dump.c includes this file without Python */
 #define PY_SSIZE_T_CLEAN
@@ -27,6 +31,7 @@
 #include <sys/mman.h>
 #endif
 
+#include "mt19937.h"
 #include "noise_kernel.h"
 
 #define STATE_BYTES 5056
@@ -50,10 +55,6 @@ void bm_blocks_scalar(const float *src, float *dst, int64_t nblocks) {
             dst[j + 8] = radius * sinf(theta) + 0.0f;
         }
     }
-}
-
-void mt_uniforms_scalar(mt_t *mt, float *dst, int64_t k) {
-    mt_uniforms_impl(mt, dst, k, mt_twist_block);
 }
 
 static int cpu_has_avx2_fma(void) {
@@ -101,35 +102,15 @@ static void box_muller(const float *src, float *dst, int64_t nblocks, int backen
     bm_blocks_scalar(src, dst, nblocks);
 }
 
-/* The twist is integer arithmetic: every variant gives the same words. */
-static void twist(uint32_t *s, int backend) {
+/* The twist mt_skip uses: integer arithmetic, so every variant gives the same words. */
+static twist_fn twist_for(int backend) {
 #ifdef PRENOISE_HAVE_AVX2_BUILD
-    if (backend == BACKEND_AVX2 || backend == BACKEND_AVX512) {
-        mt_twist_avx2(s);
-        return;
-    }
+    if (backend == BACKEND_AVX2 || backend == BACKEND_AVX512) return mt_twist_avx2;
 #endif
-    mt_twist_block(s);
+    return mt_twist_block;
 }
 
-/* ------------------------------------------------------------------ MT19937 stream */
-
-/* Advances the stream by n words without tempering them (twists only when torch would). */
-static void mt_skip(mt_t *mt, int64_t n, int backend) {
-    if (n <= 0) return;
-    const int64_t avail = MT_N - mt->idx;
-    if (n <= avail) {
-        mt->idx += (int)n;
-        return;
-    }
-    n -= avail;
-    while (n > MT_N) {
-        twist(mt->s, backend);
-        n -= MT_N;
-    }
-    twist(mt->s, backend);
-    mt->idx = (int)n;
-}
+/* ------------------------------------------------------------------ torch's state bytes */
 
 /* Reads torch's state bytes; returns 0, or -1 for a position this code does not model. */
 static int state_load(const uint8_t *b, mt_t *mt) {
@@ -208,7 +189,7 @@ static void *worker(void *arg) {
         if (c >= job->n_chunks) return NULL;
         const int64_t b0 = c * THREAD_CHUNK_BLOCKS;
         const int64_t b1 = b0 + THREAD_CHUNK_BLOCKS < job->nb ? b0 + THREAD_CHUNK_BLOCKS : job->nb;
-        mt_skip(&w->mt, 16 * b0 - w->pos, job->backend);
+        mt_skip(&w->mt, 16 * b0 - w->pos, twist_for(job->backend));
         run_blocks(&w->mt, job->out + 16 * b0, b1 - b0, job->backend);
         w->pos = 16 * b1;
     }
@@ -241,7 +222,7 @@ static int fill_f32(float *out, int64_t n, mt_t *mt, int threads, int backend) {
     free(work), free(tid), free(started);
     if (n % 16) {
         float tail[16];
-        mt_skip(mt, n % 16, backend);
+        mt_skip(mt, n % 16, twist_for(backend));
         ragged_tail(mt, tail, backend);
         memcpy(out + n - 16, tail, sizeof tail);
     }
@@ -267,7 +248,7 @@ static void fill_runs_f32(float *out, int64_t n, const int64_t *starts, int64_t 
             } else {
                 int64_t b_end = (e + 15) / 16;
                 if (b_end - b > CHUNK_BLOCKS) b_end = b + CHUNK_BLOCKS;
-                mt_skip(mt, 16 * b - pos, backend);
+                mt_skip(mt, 16 * b - pos, twist_for(backend));
                 uniforms(mt, buf, 16 * (b_end - b), backend);
                 box_muller(buf, buf, b_end - b, backend);
                 pos = 16 * b_end;
@@ -280,7 +261,7 @@ static void fill_runs_f32(float *out, int64_t n, const int64_t *starts, int64_t 
             i = stop;
         }
     }
-    mt_skip(mt, n - pos, backend);
+    mt_skip(mt, n - pos, twist_for(backend));
     if (n % 16) {
         float tail[16];
         ragged_tail(mt, tail, backend);
@@ -294,27 +275,6 @@ static void fill_runs_f32(float *out, int64_t n, const int64_t *starts, int64_t 
 }
 
 /* ------------------------------------------------------------------ float64 */
-
-/* torch's double uniform: two words (first = high half), the low 53 bits times 2^-53. */
-static void mt_uniforms_f64(mt_t *mt, double *dst, int64_t k) {
-    uint32_t w[2];
-    for (int64_t i = 0; i < k; i++) {
-        for (int h = 0; h < 2; h++) {
-            if (mt->idx == MT_N) {
-                mt_twist_block(mt->s);
-                mt->idx = 0;
-            }
-            uint32_t y = mt->s[mt->idx++];
-            y ^= y >> 11;
-            y ^= (y << 7) & 0x9d2c5680u;
-            y ^= (y << 15) & 0xefc60000u;
-            y ^= y >> 18;
-            w[h] = y;
-        }
-        const uint64_t v = (((uint64_t)w[0] << 32) | w[1]) & ((1ull << 53) - 1);
-        dst[i] = (double)v * 0x1p-53;
-    }
-}
 
 /* torch's generic NormalFill16<double> (every CPU: double libm log/cos/sin, no vector path). */
 static void bm_blocks_f64(double *d, int64_t nblocks) {

@@ -9,21 +9,14 @@
  * comma-separated, drawn one after another on one generator seeded like
  * `torch.Generator().manual_seed(SEED)`; DTYPE is float32, bfloat16 or float64. The bytes equal
  * `prenoise stream-digest`'s input, so `stream_dump ... | sha256sum` prints the same digest.
- * Built from the kernel's C core itself (noise_kernel.c without its Python bindings).
+ * Built from the kernel's C core itself: noise_kernel.c without its Python bindings, linked with
+ * mt19937.c and the back ends (box_muller_portable.c; on x86 box_muller_avx2.c and _avx512.c too).
  */
 #define PRENOISE_NO_PYTHON
 #include "noise_kernel.c"
 
 #include <errno.h>
 #include <stdio.h>
-
-/* at::mt19937(seed): the standard MT19937 initialisation; the first read twists. */
-static void seed_state(mt_t *mt, uint64_t seed) {
-    mt->s[0] = (uint32_t)(seed & 0xffffffffu);
-    for (int j = 1; j < MT_N; j++)
-        mt->s[j] = 1812433253u * (mt->s[j - 1] ^ (mt->s[j - 1] >> 30)) + (uint32_t)j;
-    mt->idx = MT_N;
-}
 
 /* c10::BFloat16(float): round to nearest even (inputs are never NaN here). */
 static uint16_t to_bf16(float f) {
@@ -103,7 +96,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     mt_t mt;
-    seed_state(&mt, seed);
+    mt_seed(&mt, seed);
     for (char *c = argv[3]; *c;) {
         errno = 0;
         const long long n = strtoll(c, &end, 10);

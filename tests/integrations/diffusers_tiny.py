@@ -16,8 +16,8 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast, T5Config, T5EncoderModel
 
 from overlap import OverlapRecorder
-from prenoise.integrations.diffusers import queue as queue_module
-from prenoise.integrations.diffusers import step_noise as step_noise_module
+from prenoise.preparation import lookahead as lookahead_module
+from prenoise.preparation import served as served_module
 
 WORDS = [
     "a",
@@ -404,7 +404,7 @@ def both_arms(
     plain = pipe(generator=gen_arg(plain_gens), **kwargs)
     assert not before.differences(snapshot_global_rng()), "the plain call changed the global RNG"
     with global_rng_guard("overlapped_call"), pytest.MonkeyPatch.context() as patch:
-        recorder = OverlapRecorder(patch, draw_modules=[queue_module, step_noise_module])
+        recorder = OverlapRecorder(patch, draw_modules=[served_module, lookahead_module])
         overlapped, report = overlapped_call_with_report(
             pipe, generator=gen_arg(overlapped_gens), **kwargs
         )

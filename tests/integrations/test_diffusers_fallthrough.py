@@ -129,12 +129,12 @@ def test_a_wrong_plan_is_discarded_exactly(
 def test_failed_preparation_falls_back_to_the_original(
     tiny: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from prenoise.integrations.diffusers import queue
+    from prenoise.preparation import served
 
     def broken_draw(*args: Any, **kwargs: Any) -> torch.Tensor:
         raise MemoryError("no room on the worker")
 
-    monkeypatch.setattr(queue, "run_draw", broken_draw)
+    monkeypatch.setattr(served, "run_draw", broken_draw)
     pg, og = generators([6]), generators([6])
     plain = tiny("ltx")(generator=pg[0], **call_kwargs("ltx"))
     out, report = overlapped_call_with_report(tiny("ltx"), generator=og[0], **call_kwargs("ltx"))

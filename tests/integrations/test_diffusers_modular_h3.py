@@ -33,9 +33,9 @@ from prenoise.integrations.diffusers import (
 )
 from prenoise.integrations.diffusers.modular import hook
 from prenoise.integrations.diffusers.modular import minimax_h3 as h3_plan
-from prenoise.integrations.diffusers.modular.queue import CloneReplayQueue
 from prenoise.integrations.diffusers.patching import patched_modules
 from prenoise.integrations.diffusers.plan import Unpredictable
+from prenoise.preparation.served import ServedDraws
 
 LOGGER = "prenoise.integrations.diffusers"
 
@@ -224,13 +224,13 @@ def test_named_streams_cover_every_draw(pipe: Any, stream: str) -> None:
 
 def test_the_draws_run_on_the_worker(pipe: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     threads: list[str] = []
-    original = CloneReplayQueue._draw
+    original = ServedDraws._draw
 
-    def recording(entry: Any, clones: Any, stream: str) -> torch.Tensor:
+    def recording(self: Any, entry: Any) -> torch.Tensor:
         threads.append(threading.current_thread().name)
-        return original(entry, clones, stream)
+        return original(self, entry)
 
-    monkeypatch.setattr(CloneReplayQueue, "_draw", staticmethod(recording))
+    monkeypatch.setattr(ServedDraws, "_draw", recording)
     plain, out, _ = both_arms(pipe, lambda: tiny.call_kwargs("ref2va", seed=1))
     assert_states_equal(plain, out)
     assert len(threads) == 3 and all(t.startswith("prenoise-diffusers#") for t in threads)
@@ -241,15 +241,15 @@ def test_a_flipped_bit_in_a_prepared_draw_is_caught(
     pipe: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The comparison sees the prepared tensors: corrupting one makes the arms differ."""
-    original = CloneReplayQueue._draw
+    original = ServedDraws._draw
 
-    def flipped(entry: Any, clones: Any, stream: str) -> torch.Tensor:
-        tensor = original(entry, clones, stream)
+    def flipped(self: Any, entry: Any) -> torch.Tensor:
+        tensor = original(self, entry)
         if entry.planned.label == "video":
             tensor.view(torch.int32).view(-1)[0] ^= 1
         return tensor
 
-    monkeypatch.setattr(CloneReplayQueue, "_draw", staticmethod(flipped))
+    monkeypatch.setattr(ServedDraws, "_draw", flipped)
     plain, out, report = both_arms(pipe, lambda: tiny.call_kwargs("t2va", seed=0))
     assert report.served == 2
     with pytest.raises(AssertionError, match="differs"):
@@ -283,13 +283,13 @@ def test_an_encoder_that_raises(pipe: Any, monkeypatch: pytest.MonkeyPatch) -> N
 
     started, release = threading.Event(), threading.Event()
     ran: list[str] = []
-    original = CloneReplayQueue._draw
+    original = ServedDraws._draw
 
-    def slow(entry: Any, clones: Any, stream: str) -> torch.Tensor:
+    def slow(self: Any, entry: Any) -> torch.Tensor:
         ran.append(entry.planned.label)
         started.set()
         assert release.wait(10)
-        return original(entry, clones, stream)
+        return original(self, entry)
 
     def broken(self: Any, components: Any, state: Any) -> Any:
         self.get_block_state(state)  # the block starts: the plan is submitted
@@ -303,7 +303,7 @@ def test_an_encoder_that_raises(pipe: Any, monkeypatch: pytest.MonkeyPatch) -> N
         threading.Timer(0.3, release.set).start()
         return shutdown(self)
 
-    monkeypatch.setattr(CloneReplayQueue, "_draw", staticmethod(slow))
+    monkeypatch.setattr(ServedDraws, "_draw", slow)
     monkeypatch.setattr(encoders.MiniMaxH3Ref2VAReferenceEncoderStep, "__call__", broken)
     monkeypatch.setattr(PreparationExecutor, "_shutdown", shutdown_then_release)
     enable(pipe)

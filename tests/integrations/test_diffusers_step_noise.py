@@ -35,8 +35,8 @@ from prenoise.integrations.diffusers import (
     overlapped_call_with_report,
     step_noise,
 )
-from prenoise.integrations.diffusers import queue as queue_module
 from prenoise.integrations.diffusers.step_noise import LookaheadLimits, expected_step_draws
+from prenoise.preparation.served import ServedDraws
 
 SCHEDULER_CLASSES: dict[str, tuple[str, dict[str, Any]]] = {
     "dpm_cogvideox": ("CogVideoXDPMScheduler", {}),
@@ -316,8 +316,8 @@ def test_a_first_draw_guessed_in_another_dtype_is_dropped(
     """A guess that misses the key: the first draw is the plain one, the look-ahead goes on."""
     real = step_noise.StepLookahead.prepare_first
 
-    def in_float16(self: Any, shape: Any, generator: Any, dtypes: Any) -> None:
-        real(self, shape, generator, (torch.float16,))
+    def in_float16(self: Any, shape: Any, generator: Any, dtypes: Any, *start: Any) -> None:
+        real(self, shape, generator, (torch.float16,), *start)
 
     monkeypatch.setattr(step_noise.StepLookahead, "prepare_first", in_float16)
     plain, overlapped, report, pg, og = both_arms(cogvideox, _kwargs(4), [14], False)
@@ -405,7 +405,7 @@ def test_the_worker_draws_per_step_noise_at_the_lowest_priority(
         return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
 
     real_run, real_first = step_noise.StepLookahead._run, step_noise.StepLookahead._run_first
-    real_draw = queue_module.ReplayQueue._draw
+    real_draw = ServedDraws._draw
 
     def run(self: Any, prepared: Any) -> torch.Tensor:
         tensor = real_run(self, prepared)
@@ -416,13 +416,13 @@ def test_the_worker_draws_per_step_noise_at_the_lowest_priority(
         real_first(self, guess)
         seen[guess.job] = niceness()
 
-    def draw(entry: Any, noise_stream: str) -> torch.Tensor:
+    def draw(self: Any, entry: Any) -> torch.Tensor:
         seen[entry.job] = niceness()
-        return real_draw(entry, noise_stream)
+        return real_draw(self, entry)
 
     monkeypatch.setattr(step_noise.StepLookahead, "_run", run)
     monkeypatch.setattr(step_noise.StepLookahead, "_run_first", run_first)
-    monkeypatch.setattr(queue_module.ReplayQueue, "_draw", staticmethod(draw))
+    monkeypatch.setattr(ServedDraws, "_draw", draw)
     before = niceness()
     plain, overlapped, report, pg, og = both_arms(cogvideox, _kwargs(3), [16], False)
     assert_outputs_bitwise_equal(plain, overlapped)
@@ -453,17 +453,17 @@ def test_a_first_step_draw_the_lookahead_cannot_prepare_is_plain(
     from diffusers import DDPMScheduler
     from diffusers.utils.torch_utils import randn_tensor
 
-    from prenoise.integrations.diffusers.step_noise import LookaheadLimits, StepLookahead
+    from prenoise.integrations.diffusers.step_noise import LookaheadLimits, scheduler_lookahead
     from prenoise.preparation.executor import PreparationExecutor
 
     scheduler = DDPMScheduler()
     scheduler.set_timesteps(4)
     g, ref = torch.Generator().manual_seed(5), torch.Generator().manual_seed(5)
     with PreparationExecutor(name="step-test") as executor:
-        lookahead = StepLookahead(executor, scheduler, "native", LookaheadLimits())
-        kwargs = {"generator": g, "dtype": dtype}
+        lookahead = scheduler_lookahead(executor, scheduler, "native", LookaheadLimits())
         for _ in range(3):
-            out = lookahead.serve(randn_tensor, (shape,), kwargs, shape, (g,), None, dtype, None)
+            plain = lambda: randn_tensor(shape, generator=g, dtype=dtype)  # noqa: E731
+            out = lookahead.serve(shape, (g,), dtype, None, None, plain)
             expected = randn_tensor(shape, generator=ref, dtype=dtype)
             real = torch.view_as_real if dtype.is_complex else (lambda t: t)
             assert torch.equal(real(out), real(expected))

@@ -3,7 +3,9 @@
 The call runs the pipeline's own `__call__` unchanged. Before it starts, the plan of the
 pipeline's class lists the `randn_tensor` calls it will make; they are drawn on a
 `PreparationExecutor` worker from the caller's generators while the request thread encodes the
-prompt (and images), and handed back in order by the replay queue (see `queue.ReplayQueue`).
+prompt (and images) — on clones of the caller's generators, by the engine-neutral
+`prenoise.preparation.served.ServedDraws` — and handed back in order only on the exact key and
+generator state (`served_calls.RandnTensorServer`).
 Whatever cannot be predicted safely runs the plain call.
 
 Logging (logger "prenoise.integrations.diffusers", messages prefixed "prenoise:"): each reason a
@@ -37,7 +39,6 @@ from prenoise.integrations.diffusers.pipeline_class import (
     original_class,
 )
 from prenoise.integrations.diffusers.plan import PlannedDraw, Unpredictable, call_generators
-from prenoise.integrations.diffusers.queue import ReplayQueue
 from prenoise.integrations.diffusers.raw_draws import CallWindow, active_window, call_window
 from prenoise.integrations.diffusers.registry import planner_for
 from prenoise.integrations.diffusers.report import (
@@ -47,10 +48,11 @@ from prenoise.integrations.diffusers.report import (
     warn_left_plan_once,
 )
 from prenoise.integrations.diffusers.rng_probe import probe_global_rng
+from prenoise.integrations.diffusers.served_calls import RandnTensorServer
 from prenoise.integrations.diffusers.step_noise import (
-    StepLookahead,
     draws_in_this_call,
     lookahead_limits_of,
+    scheduler_lookahead,
 )
 from prenoise.integrations.diffusers.streams import (
     noise_stream_of,
@@ -173,7 +175,7 @@ def overlapped_call_with_report(pipe: Any, *args: Any, **kwargs: Any) -> tuple[A
             pipe, args, kwargs, why.key, why.reason, start, fall_through, stream, window
         )
     try:
-        queue = ReplayQueue(planned, stream, fallback)
+        queue = RandnTensorServer(planned, stream, fallback)
     except ValueError as error:  # only a planned draw that cannot be built is a "draw" fallback
         return _plain_call(
             pipe, args, kwargs, "draw", str(error), start, fall_through, stream, window
@@ -185,9 +187,9 @@ def overlapped_call_with_report(pipe: Any, *args: Any, **kwargs: Any) -> tuple[A
         queue.start(executor)
         scheduler = getattr(pipe, "scheduler", None)
         if limits.steps > 0 and scheduler is not None:
-            queue.steps = StepLookahead(executor, scheduler, stream, limits)
+            queue.steps = scheduler_lookahead(executor, scheduler, stream, limits)
             if draws_in_this_call(pipe, scheduler, arguments.get("eta")):
-                _prepare_first_step_draw(queue.steps, planned)
+                _prepare_first_step_draw(queue, planned)
         try:
             with replay_context(queue), active_window(window):
                 call_start = time.perf_counter()
@@ -215,18 +217,23 @@ def overlapped_call_with_report(pipe: Any, *args: Any, **kwargs: Any) -> tuple[A
     return output, report
 
 
-def _prepare_first_step_draw(steps: StepLookahead, planned: Sequence[PlannedDraw]) -> None:
+def _prepare_first_step_draw(queue: RandnTensorServer, planned: Sequence[PlannedDraw]) -> None:
     """Prepare the first per-step draw at the noise's shape, on its one generator, in the
     noise's dtype and in float32 (the schedulers draw like the model output, which the
-    pipelines often upcast)."""
+    pipelines often upcast), from the state the planned draws leave that generator in (its
+    clone's, read on the worker after them)."""
     noise = [p for p in planned if p.label == "noise" and len(p.generators) == 1]
-    if noise:
+    if noise and queue.steps is not None:
         draw = noise[-1]
+        generator = draw.generators[0]
         dtypes = tuple(dict.fromkeys((draw.dtype, torch.float32)))
-        steps.prepare_first(draw.shape, draw.generators[0], dtypes)
+        served = queue.draws
+        queue.steps.prepare_first(
+            draw.shape, generator, dtypes, lambda: served.clone_state(generator)
+        )
 
 
-def _step_fields(steps: StepLookahead | None) -> dict[str, Any]:
+def _step_fields(steps: Any) -> dict[str, Any]:
     if steps is None:
         return {}
     return {

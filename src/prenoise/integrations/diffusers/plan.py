@@ -3,8 +3,8 @@
 A plan module (one per pipeline) turns the bound `__call__` arguments into `PlannedDraw`s, in
 the order the pipeline makes them, or raises `Unpredictable` with a reason. A plan never needs
 to be right for the output to be right: each draw is checked against the real call when it is
-consumed, and a mismatch discards the prepared draws (see `queue.ReplayQueue`). It only needs to
-list draws that come before any other use of the caller's generators.
+consumed, and a mismatch discards the prepared draws (see `served_calls.RandnTensorServer`). It
+only needs to list draws that come before any other use of the caller's generators.
 """
 
 from __future__ import annotations
@@ -128,6 +128,12 @@ def call_generators(generator: object) -> tuple[torch.Generator, ...]:
     for g in gens:
         if not isinstance(g, torch.Generator):
             raise Unpredictable(f"generator of type {type(g).__name__}", "generator-type")
+        if type(g) is not torch.Generator:  # its get_state/set_state may not be torch's
+            raise Unpredictable(
+                f"generator of type {type(g).__name__}, a torch.Generator subclass: its state "
+                "cannot be proven equal",
+                "generator-subclass",
+            )
         if is_default_generator(g):
             raise Unpredictable(
                 f"generator is torch's default {g.device} generator: other code on this "

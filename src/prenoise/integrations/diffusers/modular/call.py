@@ -1,7 +1,8 @@
 """`overlapped_modular_call_with_report`: a modular pipeline call with its noise drawn early.
 
 The call runs the pipeline's own `__call__` unchanged, inside two contexts: the `randn_tensor`
-dispatcher (`patching.py`) routes the call's draws to a `CloneReplayQueue`, and the block hook
+dispatcher (`patching.py`) routes the call's draws to a `RandnTensorServer` (the core's served
+draws: made on clones, served on exact key and state), and the block hook
 (`hook.py`) tells a `_Watcher` each leaf block that starts. When the first trigger block of the
 class's `ModularPlan` starts (an encoder), the watcher plans the draws from the live state and
 submits them; they are drawn on the worker while the encoders run. A confirm block checks what
@@ -26,7 +27,6 @@ from prenoise.integrations.diffusers.modular.plan import (
     block_path,
     state_values,
 )
-from prenoise.integrations.diffusers.modular.queue import CloneReplayQueue
 from prenoise.integrations.diffusers.modular.registry import modular_plan_for
 from prenoise.integrations.diffusers.patching import (
     PATCHED_NAME,
@@ -44,6 +44,7 @@ from prenoise.integrations.diffusers.report import (
     warn_left_plan_once,
 )
 from prenoise.integrations.diffusers.rng_probe import probe_global_rng
+from prenoise.integrations.diffusers.served_calls import RandnTensorServer
 from prenoise.integrations.diffusers.streams import (
     noise_stream_of,
     plain_in_stream,
@@ -60,7 +61,7 @@ class _Watcher:
 
     pipe: Any
     plan: ModularPlan
-    queue: CloneReplayQueue
+    queue: RandnTensorServer
     planned: Sequence[PlannedDraw] = ()
     triggered: bool = False
     reason: str | None = None
@@ -163,7 +164,8 @@ def overlapped_modular_call_with_report(
     # PRENOISE_DEBUG_RNG=1 probes prenoise's own draws when they are planned (rng_probe.py): the
     # executor's check around the whole call would count the pipeline's own global draws
     with PreparationExecutor(name="prenoise-diffusers", check_global_rng=False) as executor:
-        queue = CloneReplayQueue(executor, stream, fallback)
+        queue = RandnTensorServer((), stream, fallback)
+        queue.start(executor)
         watcher = _Watcher(pipe, plan, queue)
         with replay_context(queue), block_watch(watcher):
             call_start = time.perf_counter()

@@ -178,3 +178,42 @@ def test_the_public_names_and_entry_points_still_load() -> None:
     assert script.load() is importlib.import_module("prenoise.cli.commands").main
     (plugin,) = [e for e in entry_points(group="vllm_omni.general_plugins") if e.name == "prenoise"]
     assert plugin.load() is importlib.import_module("prenoise.integrations.vllm_omni").register
+
+
+# Calls that serve prepared draws belong to the one preparation core (preparation/served.py,
+# preparation/lookahead.py): an integration that makes them has grown its own replay queue.
+CORE_ONLY_CALLS = {"set_state", "take", "cancel_pending"}
+
+
+def core_only_calls(tree: ast.AST) -> list[str]:
+    """`x.<name>(...)` calls of `CORE_ONLY_CALLS` in a module's syntax tree, by line."""
+    return [
+        f"line {node.lineno}: .{node.func.attr}()"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in CORE_ONLY_CALLS
+    ]
+
+
+def test_no_integration_defines_its_own_replay_queue() -> None:
+    """No integration sets generator states, takes from or cancels an executor's jobs itself:
+    prepared draws are served only through `preparation.served` / `preparation.lookahead`."""
+    own = {
+        module: calls
+        for module, path in MODULES.items()
+        if layer(module).startswith("integrations")
+        and (calls := core_only_calls(ast.parse(path.read_text())))
+    }
+    assert own == {}
+
+
+def test_the_replay_queue_check_sees_one() -> None:
+    """The check above fails on what the old integrations did (diffusers' queue rewound the
+    caller's generators; vLLM-Omni took its jobs from the executor)."""
+    old = "g.set_state(state)\nexecutor.take(name, actual=key)\nexecutor.cancel_pending()\n"
+    assert core_only_calls(ast.parse(old)) == [
+        "line 1: .set_state()",
+        "line 2: .take()",
+        "line 3: .cancel_pending()",
+    ]

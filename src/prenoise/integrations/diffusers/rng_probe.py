@@ -15,12 +15,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import torch
-
 from prenoise.guards.env import env_choice
 from prenoise.integrations.diffusers.draw_calls import planned_rows
 from prenoise.integrations.diffusers.plan import PlannedDraw
 from prenoise.preparation.draws import run_draw
+from prenoise.preparation.served import clone_generator
 from prenoise.verify.rng_guard import GlobalRNGChangedError, snapshot_global_rng
 
 __all__ = ["debug_rng", "probe_global_rng"]
@@ -40,9 +39,9 @@ def probe_global_rng(planned: Sequence[PlannedDraw], noise_stream: str) -> None:
     for draw in planned:
         before = snapshot_global_rng()
         for row, generator in zip(planned_rows(draw), draw.generators, strict=True):
-            clone = torch.Generator(device="cpu")
-            clone.set_state(generator.get_state())
-            run_draw(row, clone, allow_scalar_path=True, noise_stream=noise_stream)
+            run_draw(
+                row, clone_generator(generator), allow_scalar_path=True, noise_stream=noise_stream
+            )
         changed = before.differences(snapshot_global_rng())
         if changed:
             raise GlobalRNGChangedError(

@@ -7,7 +7,10 @@ request-owned `PreparationExecutor` (Ref2VA, T2VA and FL2VA requests; for a Ref2
 request its first window's, see `h3_continuation`).
 `_initial_noise` and the condition-noise function then take what was prepared — only when the
 pipeline's actual arguments equal the prediction — and otherwise run upstream's serial code
-unchanged (or raise, with `on_mismatch=raise`).
+unchanged (or raise, with `on_mismatch=raise`). Submission, serving and discarding are the
+engine-neutral core's (`prenoise.preparation.served.ServedDraws`, one plan per key: an output's
+initial video+audio noise, its condition noise): a mismatch ends that plan (pending draws
+cancelled, the running one joined) and each of its fields runs upstream's serial draw.
 
 Never drawn twice: where upstream draws a Ref2VA request's first output ahead itself
 (`support.Support.upstream_prepares_ref2va`, vllm-omni 0.32.0rc1), prenoise submits nothing of
@@ -69,7 +72,12 @@ from prenoise.integrations.vllm_omni.h3_shapes import (
 from prenoise.integrations.vllm_omni.settings import PluginSettings
 from prenoise.preparation.draws import run_stream
 from prenoise.preparation.executor import PreparationExecutor
-from prenoise.preparation.prediction import PredictionEvent
+from prenoise.preparation.prediction import (
+    MismatchPolicy,
+    PredictionEvent,
+    PredictionMismatchError,
+)
+from prenoise.preparation.served import KeyedDraw, ServedDraws
 from prenoise.ref2va.noise import condition_streams, initial_noise_streams
 
 __all__ = [
@@ -151,6 +159,8 @@ class _Plan:
     initial: InitialNoiseKey
     condition: ConditionKey | None
     names: dict[str, str] = field(default_factory=dict)
+    served: dict[str, ServedDraws] = field(default_factory=dict)
+    """Field name -> the core's plan that serves it (one per key)."""
     upstream: bool = False
     """Upstream draws this output's initial noise ahead itself (and its dependent-recipe
     condition noise); prenoise submitted only what upstream draws serially."""
@@ -393,7 +403,7 @@ class RequestPreparation:
         assert seed is not None  # checked for every output seed when the request was planned
         stream = self.settings.noise_stream  # the worker draws in the request's noise stream
         cancel = self.executor.cancel_event  # set when the request fails: draws stop early
-        jobs: list[tuple[str, Callable[[], torch.Tensor], Any]] = []
+        jobs: list[tuple[str, Callable[[], torch.Tensor], InitialNoiseKey | ConditionKey]] = []
         if not upstream:
             video, audio = initial_noise_streams(
                 seed,
@@ -417,10 +427,18 @@ class RequestPreparation:
                     seed, condition.target_latent_t, condition.condition_shapes, noise_stream=stream
                 )
             jobs.append((CONDITION, lambda: _concat_streams(streams, cancel), condition))
+        by_key: dict[Any, list[KeyedDraw]] = {}
         for field_name, draw, key in jobs:
             name = record_name(field_name, initial.seed, window)
             plan.names[field_name] = name
-            self.executor.submit(name, self._recorded(name, initial.seed, draw), predicted=key)
+            work = self._recorded(name, initial.seed, draw)
+            by_key.setdefault(key, []).append(KeyedDraw(name, key, _seeded(work)))
+        for keyed in by_key.values():  # one plan per key: a mismatch ends only that key's draws
+            served = ServedDraws(self.executor, job_name=_label)
+            served.submit(keyed)
+            for field_name, name in plan.names.items():
+                if name in {d.label for d in keyed}:
+                    plan.served[field_name] = served
         self._plans[initial.seed] = plan
 
     def _recorded(
@@ -478,15 +496,23 @@ class RequestPreparation:
         """Drop prepared condition noise the pipeline will not use (released now, not at exit)."""
         plan = self._plans.get(seed)
         if plan is not None and CONDITION in plan.names:
-            self.executor.take(plan.names.pop(CONDITION), actual=plan.condition)
+            plan.served[CONDITION].discard(plan.names.pop(CONDITION))
             self._finish_output(plan)
 
     def _take(self, plan: _Plan, field_name: str, actual: Any) -> torch.Tensor | None:
+        """The prepared tensor of `field_name` when `actual` is its planned key, else None
+        (upstream's serial code runs); a mismatch is a `PredictionEvent` per field, and under
+        `on_mismatch=raise` a `PredictionMismatchError`."""
         name = plan.names.pop(field_name)
+        served = plan.served[field_name]
+        predicted = plan.initial if field_name in (VIDEO, AUDIO) else plan.condition
         requested = time.perf_counter()
-        tensor = self.executor.take(
-            name, actual=actual, policy=self.settings.on_mismatch, recompute=_serial
-        )
+        if actual != predicted:
+            served.end(f"{name}: predicted {predicted!r}, actual {actual!r}")
+            self._mismatch(name, predicted, actual)
+            tensor = None
+        else:
+            tensor = served.serve(actual, label=name)
         taken = time.perf_counter()
         with self._lock:  # the draw has ended (taken): its record exists unless it failed
             record = self.records.get(name)
@@ -495,6 +521,14 @@ class RequestPreparation:
                     record, requested=requested, taken=taken, used=tensor is not None
                 )
         return tensor
+
+    def _mismatch(self, name: str, predicted: Any, actual: Any) -> None:
+        """Record (and log) a missed prediction; raise it under `on_mismatch=raise`."""
+        if self.settings.on_mismatch is MismatchPolicy.RAISE:
+            raise PredictionMismatchError(name, predicted, actual)
+        event = PredictionEvent(name, predicted, actual)
+        event.log()
+        self.executor.prediction_events.append(event)
 
     def _finish_output(self, plan: _Plan, confirmed: ConditionKey | None = None) -> None:
         """After output `seed` (or a window of it) took its noise: optionally prepare the next
@@ -534,9 +568,16 @@ def _with_seed(keys: WindowKeys, seed: int) -> WindowKeys:
     return dataclasses.replace(initial, seed=seed), moved
 
 
-def _serial() -> None:
-    """`recompute` for a mismatch: the caller then runs upstream's serial code itself."""
-    return None
+def _seeded(
+    work: Callable[[], torch.Tensor],
+) -> Callable[[tuple[torch.Generator, ...]], torch.Tensor]:
+    """A keyed draw's work for a draw that seeds its own generators (no caller generator)."""
+    return lambda _clones: work()
+
+
+def _label(index: int, draw: KeyedDraw) -> str:
+    """A draw's job name is its record name (`initial_video_noise@7`, ...): unique per request."""
+    return draw.label
 
 
 def _dims(key: InitialNoiseKey) -> tuple[int, int, int, int]:

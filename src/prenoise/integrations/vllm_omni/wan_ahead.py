@@ -51,6 +51,12 @@ from prenoise.integrations.vllm_omni.settings import PluginSettings
 from prenoise.noise import streams as noise_streams
 from prenoise.noise.stream_mode import StreamDrawMode
 from prenoise.preparation.executor import PreparationExecutor
+from prenoise.preparation.prediction import (
+    MismatchPolicy,
+    PredictionEvent,
+    PredictionMismatchError,
+)
+from prenoise.preparation.served import KeyedDraw, ServedDraws
 
 __all__ = ["DrawKey", "counts", "run_forward", "take_pending"]
 
@@ -86,28 +92,21 @@ class _Drawn:
     thread: str
 
 
-@dataclass(frozen=True)
-class _Serial:
-    tensor: Any
-
-
 class _Pending:
     """One forward's prepared draw: submitted, then taken once (or dropped at exit)."""
 
     def __init__(
         self,
         module: str,
-        executor: PreparationExecutor,
+        served: ServedDraws,
         key: DrawKey,
         originals: list[torch.Generator],
-        clones: list[torch.Generator],
         settings: PluginSettings,
     ) -> None:
         self.module = module
-        self.executor = executor
+        self.served = served
         self.key = key
         self.originals = originals
-        self.clones = clones
         self.settings = settings
         self.open = True
         self.outcome = "not taken (upstream made no draw)"
@@ -152,25 +151,32 @@ def run_forward(
     assert draw is not None
     key, generator = plan
     originals = _distinct(generator if isinstance(generator, list) else [generator])
-    clones = [_clone(g) for g in originals]
-    clone_of = {id(g): c for g, c in zip(originals, clones, strict=True)}
-    arg = (
-        [clone_of[id(g)] for g in generator]
-        if isinstance(generator, list)
-        else clone_of[id(generator)]
-    )
     stream = settings.noise_stream
     failed: BaseException | None = None
     with PreparationExecutor(name=WORKER) as executor:
-        pending = _Pending(module, executor, key, originals, clones, settings)
+        # the core draws on clones of `originals` and serves on their exact state
+        served = ServedDraws(executor, job_name=lambda index, keyed: _NAME)
+        pending = _Pending(module, served, key, originals, settings)
         cancel = executor.cancel_event
 
-        def work() -> _Drawn:
+        def work(clones: tuple[torch.Generator, ...]) -> _Drawn:
             if cancel.is_set():
                 raise RuntimeError("request ended before the draw started")
+            clone_of = {id(g): c for g, c in zip(originals, clones, strict=True)}
+            arg = (
+                [clone_of[id(g)] for g in generator]
+                if isinstance(generator, list)
+                else clone_of[id(generator)]
+            )
             return _draw_on_worker(draw, key.shape, arg, stream)
 
-        executor.submit(_NAME, work, predicted=key)
+        try:
+            served.submit([KeyedDraw(_NAME, key, work, tuple(originals))])
+        except ValueError as error:  # a generator whose state cannot be proven equal
+            logger.info(
+                "%s: initial latents not prepared ahead, upstream drew them (%s)", who, error
+            )
+            return upstream(*args, **kwargs)
         _count("prepared")
         token = _current.set(pending)
         try:
@@ -200,19 +206,17 @@ def take_pending(
     pending.open = False
     actual, device = _actual(args, kwargs)
     requested = time.perf_counter()
-    result = pending.executor.take(
-        _NAME,
-        actual=actual,
-        policy=pending.settings.on_mismatch,
-        recompute=lambda: _Serial(serial()),
-    )
-    if isinstance(result, _Serial):
-        _count("serial")
-        pending.outcome = "not taken: the call differed from the prediction, drawn serially"
-        return result.tensor
+    if actual != pending.key:
+        pending.served.end(f"{_NAME}: predicted {pending.key!r}, actual {actual!r}")
+        if pending.settings.on_mismatch is MismatchPolicy.RAISE:
+            raise PredictionMismatchError(_NAME, pending.key, actual)
+        PredictionEvent(_NAME, pending.key, actual).log()
+        return _drawn_serially(serial(), "the call differed from the prediction")
+    # served only on every generator's exact state; each is then where upstream's draw leaves it
+    result = pending.served.serve(actual, pending.originals)
+    if result is None:
+        return _drawn_serially(serial(), str(pending.served.ended))
     waited = time.perf_counter() - requested
-    for original, clone in zip(pending.originals, pending.clones, strict=True):
-        original.set_state(clone.get_state())  # where upstream's own draw leaves it
     tensor = result.tensor.to(device)
     _count("taken")
     off = max(0.0, (result.finished - result.started) - waited)
@@ -336,10 +340,12 @@ def _distinct(gens: Sequence[torch.Generator]) -> list[torch.Generator]:
     return list({id(g): g for g in gens}.values())
 
 
-def _clone(generator: torch.Generator) -> torch.Generator:
-    clone = torch.Generator(device="cpu")
-    clone.set_state(generator.get_state())  # MT19937 state and the cached normals
-    return clone
+def _drawn_serially(tensor: Any, why: str) -> Any:
+    _count("serial")
+    pending = _current.get()
+    if pending is not None:
+        pending.outcome = f"not taken: {why}, drawn serially"
+    return tensor
 
 
 # -- the draw -----------------------------------------------------------------------------------

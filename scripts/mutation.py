@@ -85,9 +85,13 @@ MODULES: dict[str, Module] = {
     "ref2va_verification": Module(
         ["src/prenoise/ref2va/verification.py"], ["tests/ref2va/test_verify_verdicts*.py"]
     ),
+    "served": Module(
+        ["src/prenoise/preparation/served.py", "src/prenoise/preparation/lookahead.py"],
+        ["tests/test_served_draws.py"],
+    ),
     "diffusers": Module(
         [
-            "src/prenoise/integrations/diffusers/queue.py",
+            "src/prenoise/integrations/diffusers/served_calls.py",
             "src/prenoise/integrations/diffusers/call.py",
         ],
         # the pipeline tests take minutes per surviving mutant; the units drive the same code

@@ -129,17 +129,19 @@ def test_a_key_mismatch_ends_the_plan_cancelling_and_joining() -> None:
         return torch.zeros(1)
 
     told: list[tuple[str, Any, Any]] = []
+    ran: list[str] = []
+    later = [keyed("a", (16,), g), keyed("b", (16,), g)]
+    later = [KeyedDraw(d.label, d.key, _recording(d.work, ran), d.generators) for d in later]
     with PreparationExecutor() as ex:
         served = ServedDraws(ex)
-        served.submit(
-            [KeyedDraw("slow", "k0", blocked), keyed("a", (16,), g), keyed("b", (16,), g)]
-        )
+        served.submit([KeyedDraw("slow", "k0", blocked), *later])
         assert running.wait(30)
         threading.Timer(0.05, gate.set).start()
         assert served.serve("other", (), on_key_mismatch=lambda *m: told.append(m)) is None
         assert ex.pending == []  # 'slow' joined, 'a' and 'b' cancelled
         assert told == [("slow", "k0", "other")]
         assert served.ended == "draw 'slow' was planned as 'k0', the call is 'other'"
+    assert ran == []  # cancelled before they started: no time spent on them
     assert torch.equal(g.get_state(), gen(6).get_state())
 
 

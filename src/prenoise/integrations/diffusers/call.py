@@ -45,10 +45,9 @@ from prenoise.integrations.diffusers.report import (
     CallReport,
     log_once,
     say_active_once,
-    warn_left_plan_once,
 )
 from prenoise.integrations.diffusers.rng_probe import probe_global_rng
-from prenoise.integrations.diffusers.served_calls import RandnTensorServer
+from prenoise.integrations.diffusers.served_calls import RandnTensorServer, overlapped_report
 from prenoise.integrations.diffusers.step_noise import (
     draws_in_this_call,
     lookahead_limits_of,
@@ -200,17 +199,13 @@ def overlapped_call_with_report(pipe: Any, *args: Any, **kwargs: Any) -> tuple[A
             raise
         left = queue.finish()
     end = time.perf_counter()
-    warn_left_plan_once(name, queue.served, len(planned), left)
-    report = CallReport(
+    report = overlapped_report(
         name,
-        True,
-        planned=tuple(p.label for p in planned),
-        served=queue.served,
-        left_plan=left,
-        wait_s=queue.wait_s,
-        stream=stream,
-        setup_s=call_start - start,
-        teardown_s=end - call_end,
+        queue,
+        left,
+        stream,
+        call_start - start,
+        end - call_end,
         raw_in_stream=window.served if window is not None else 0,
         **_step_fields(queue.steps),
     )

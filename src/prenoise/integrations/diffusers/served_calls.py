@@ -31,11 +31,12 @@ from prenoise.integrations.diffusers.draw_calls import (
     target_device,
 )
 from prenoise.integrations.diffusers.plan import PlannedDraw
+from prenoise.integrations.diffusers.report import CallReport, warn_left_plan_once
 from prenoise.preparation.executor import PreparationExecutor
 from prenoise.preparation.lookahead import StepLookahead
 from prenoise.preparation.served import KeyedDraw, ServedDraws, rows_work
 
-__all__ = ["RandnTensorServer", "keyed_draws"]
+__all__ = ["RandnTensorServer", "keyed_draws", "overlapped_report"]
 
 RandnTensor = Callable[..., Any]
 
@@ -160,3 +161,30 @@ class RandnTensorServer:
         if self.steps is not None:
             self.steps.finish()
         return left
+
+
+def overlapped_report(
+    pipeline: str,
+    server: RandnTensorServer,
+    left: str | None,
+    stream: str,
+    setup_s: float,
+    teardown_s: float,
+    **extra: Any,
+) -> CallReport:
+    """The `CallReport` of a call whose draws `server` served (classic or modular), after
+    warning once per class when the plan was `left` before every draw was served."""
+    planned = server.planned
+    warn_left_plan_once(pipeline, server.served, len(planned), left)
+    return CallReport(
+        pipeline,
+        True,
+        planned=tuple(p.label for p in planned),
+        served=server.served,
+        left_plan=left,
+        wait_s=server.wait_s,
+        stream=stream,
+        setup_s=setup_s,
+        teardown_s=teardown_s,
+        **extra,
+    )

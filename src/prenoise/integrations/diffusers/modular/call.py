@@ -41,10 +41,9 @@ from prenoise.integrations.diffusers.report import (
     CallReport,
     log_once,
     say_active_once,
-    warn_left_plan_once,
 )
 from prenoise.integrations.diffusers.rng_probe import probe_global_rng
-from prenoise.integrations.diffusers.served_calls import RandnTensorServer
+from prenoise.integrations.diffusers.served_calls import RandnTensorServer, overlapped_report
 from prenoise.integrations.diffusers.streams import (
     noise_stream_of,
     plain_in_stream,
@@ -184,16 +183,5 @@ def overlapped_modular_call_with_report(
         return output, report
     planned = watcher.planned
     say_active_once(name, planned)
-    warn_left_plan_once(name, queue.served, len(planned), left)
-    report = CallReport(
-        name,
-        True,
-        planned=tuple(p.label for p in planned),
-        served=queue.served,
-        left_plan=left,
-        wait_s=queue.wait_s,
-        stream=stream,
-        setup_s=setup_s,
-        teardown_s=teardown_s,
-    )
+    report = overlapped_report(name, queue, left, stream, setup_s, teardown_s)
     return output, report

@@ -13,7 +13,8 @@ export OMP_WAIT_POLICY ?= PASSIVE
 # (torch alone: 34 s with it, 11 s without, here); Python compiles what a run imports, on import.
 
 .PHONY: setup demo test lint typecheck pytest clean setup-vllm-omni pytest-vllm-omni \
-	pytest-diffusers-0.40 pytest-torch-2.14 system-tools aarch64-tools aarch64-stream-digest mutation
+	pytest-diffusers-0.40 pytest-torch-2.14 system-tools aarch64-tools aarch64-stream-digest mutation \
+	setup-sglang pytest-sglang
 
 setup: $(STAMP)
 
@@ -230,6 +231,54 @@ $(AARCH64_DUMP): $(CSRC)/stream_dump.c $(CSRC)/noise_kernel.c $(CSRC)/mt19937.c 
 aarch64-stream-digest: aarch64-tools $(AARCH64_DUMP)
 	@QEMU_CPU=$(QEMU_CPU) qemu-aarch64-static $(AARCH64_DUMP) $(STREAM) $(SEED) $(COUNT) \
 		$(DTYPE) | sha256sum | cut -d' ' -f1
+
+# SGLang 0.5.23's diffusion runtime (`sglang.multimodal_gen`, MiniMax-H3) for tests/sglang_plugin.
+# sglang pins torch==2.14.1 and imports torchvision, so torch 2.13.0+cpu cannot run it; the torch
+# 2.14.1 build on this machine's files is the CUDA one, which runs on the CPU. The venv is layered
+# over .venv-torch-2.14 (torch, triton, the nvidia libraries: 5.5 GB not installed twice): a .pth
+# file puts that venv's site-packages after this venv's own, so pip sees torch 2.14.1 as installed.
+# sglang itself is installed --no-deps (its metadata pins ~20 CUDA-only packages), then only what
+# its diffusion imports need (sglang's own pins where it pins; python-dateutil<3 as sglang
+# requires). pip ends the dependency step with a 'dependency conflicts' block: expected.
+# Its modules are byte-compiled once (compileall): this environment sets PYTHONDONTWRITEBYTECODE,
+# and each test process imports ~all of sglang (about twice as fast from .pyc).
+SGLANG_VENV := .venv-sglang
+SGLANG_PY := $(SGLANG_VENV)/bin/python
+SGLANG_STAMP := $(SGLANG_VENV)/.prenoise-installed
+SGLANG_DEPS_STAMP := $(SGLANG_VENV)/.deps-installed
+SGLANG_PIP := $(SGLANG_PY) -m pip install -q --disable-pip-version-check --no-compile
+SGLANG_PINS := torch==2.14.1 torchvision==0.29.1 triton==3.8.0
+SGLANG_DEPS := transformers==5.19.0 tokenizers==0.23.2 diffusers==0.37.0 cache-dit==1.5.1 \
+	compressed-tensors==0.18.0 apache-tvm-ffi==0.1.11 xgrammar==0.2.7 openai==2.8.0 \
+	sentencepiece==0.2.1 soundfile==0.13.1 imageio==2.36.0 addict==2.4.0 PyYAML==6.0.1 \
+	'python-dateutil<3' aiohttp dill distro einops gguf IPython msgspec numpy orjson \
+	partial_json_parser pillow psutil pybase64 pydantic python-multipart pyzmq regex requests \
+	scipy starlette tiktoken tqdm zstandard pytest
+SGLANG_DEPS_NOTE := make: the pip 'dependency conflicts' block above is expected: sglang's \
+	CUDA-only requirements are left out on purpose; only what its diffusion code imports is installed
+SGLANG_TORCH_PTH = $$($(SGLANG_PY) -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")/prenoise-torch-2.14.pth
+
+setup-sglang: $(SGLANG_STAMP)
+
+$(SGLANG_DEPS_STAMP): Makefile | $(TORCH_NEXT_STAMP)
+	test -x $(SGLANG_PY) || $(PYTHON) -m venv $(SGLANG_VENV)
+	$(TORCH_NEXT_PY) -c "import sysconfig; print(sysconfig.get_paths()['purelib'])" \
+		> "$(SGLANG_TORCH_PTH)"
+	$(SGLANG_PIP) $(SGLANG_PINS)
+	$(SGLANG_PIP) --no-deps sglang==0.5.23
+	$(SGLANG_PIP) $(SGLANG_DEPS) $(SGLANG_PINS)
+	@echo "$(SGLANG_DEPS_NOTE)"
+	env -u PYTHONDONTWRITEBYTECODE $(SGLANG_PY) -m compileall -q -j2 \
+		"$$($(SGLANG_PY) -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")" >/dev/null
+	touch $@
+
+# after the main venv's install: the editable installs build the C kernel into src/prenoise/
+$(SGLANG_STAMP): $(SGLANG_DEPS_STAMP) pyproject.toml | $(STAMP)
+	$(SGLANG_PIP) -e . torch==2.14.1
+	touch $@
+
+pytest-sglang: $(SGLANG_STAMP)
+	$(SGLANG_PY) -m pytest -p no:cacheprovider tests/sglang_plugin
 
 # Two jobs at a time (2 cores): the suites run in separate venvs and test trees; the longest first.
 # -k: every suite reports even when one fails; make still exits non-zero. Each target's output is

@@ -26,6 +26,7 @@ ALLOWED: Mapping[str, frozenset[str]] = {
     "ref2va": frozenset(CORE),
     "integrations.diffusers": frozenset(CORE),
     "integrations.vllm_omni": frozenset({*CORE, "ref2va"}),
+    "integrations.sglang": frozenset({*CORE, "ref2va"}),
     "distributed": frozenset({*CORE, "ref2va"}),
     "serve": frozenset({*CORE, "ref2va"}),
     "cli": frozenset(

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import copy
 import hashlib
+import importlib.util
 import subprocess
 import sys
 import zipfile
@@ -22,6 +23,7 @@ __all__ = [
     "CodeUnavailable",
     "code_digest",
     "definition",
+    "installed_source_file",
     "node_digest",
     "release_wheel",
     "wheel_module_source",
@@ -30,6 +32,26 @@ __all__ = [
 
 class CodeUnavailable(LookupError):
     """The source of a relied-on function cannot be read (package, module or definition)."""
+
+
+def installed_source_file(module: str) -> Path | None:
+    """`module`'s source file under its top package's folder, found without importing anything
+    (the top package's spec is looked up, never executed); None when no such module exists.
+    `CodeUnavailable` when the top package is not installed."""
+    top, *rest = module.split(".")
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError) as error:
+        raise CodeUnavailable(f"{top} cannot be found: {error}") from None
+    locations = list(spec.submodule_search_locations or ()) if spec is not None else []
+    if not locations:
+        raise CodeUnavailable(f"{top} is not installed")
+    for location in locations:
+        base = Path(location).joinpath(*rest)
+        for path in (base.with_suffix(".py"), base / "__init__.py"):
+            if path.is_file():
+                return path
+    return None
 
 
 def definition(tree: ast.Module, qualname: str) -> ast.FunctionDef | ast.ClassDef:

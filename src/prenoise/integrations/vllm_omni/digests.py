@@ -21,13 +21,18 @@ from __future__ import annotations
 
 import ast
 import hashlib
-import importlib.util
 import threading
 import tokenize
 from collections.abc import Iterable
 from pathlib import Path
 
-from prenoise.guards.source_digests import CodeUnavailable, code_digest, definition, node_digest
+from prenoise.guards.source_digests import (
+    CodeUnavailable,
+    code_digest,
+    definition,
+    installed_source_file,
+    node_digest,
+)
 from prenoise.integrations.vllm_omni.reviewed import (
     ABSENT,
     DRAW_SITES,
@@ -69,22 +74,11 @@ def reset() -> None:
 
 
 def _source_file(module: str) -> Path:
-    """`module`'s source file under its top package's folder; nothing is imported (the top
-    package's spec is looked up, never executed)."""
-    top, *rest = module.split(".")
-    try:
-        spec = importlib.util.find_spec(top)
-    except (ImportError, ValueError) as error:
-        raise CodeUnavailable(f"{top} cannot be found: {error}") from None
-    locations = list(spec.submodule_search_locations or ()) if spec is not None else []
-    if not locations:
-        raise CodeUnavailable(f"{top} is not installed")
-    for location in locations:
-        base = Path(location).joinpath(*rest)
-        for path in (base.with_suffix(".py"), base / "__init__.py"):
-            if path.is_file():
-                return path
-    raise _ModuleMissing(f"module {module} is not installed")
+    """`module`'s source file (`installed_source_file`; a missing module is `_ModuleMissing`)."""
+    path = installed_source_file(module)
+    if path is None:
+        raise _ModuleMissing(f"module {module} is not installed")
+    return path
 
 
 def _tree(module: str) -> ast.Module:

@@ -1,0 +1,218 @@
+"""MiniMax-H3's initial noise drawn ahead for one SGLang request (or one group of requests).
+
+SGLang 0.5.23 draws a request's initial noise in `MiniMaxH3LatentPreparationStage.
+_prepare_denoise_state_from_plan`, after the text, visual and audio encoders ran: video
+`torch.randn(1, 24, T, H, W)` (float32) on `torch.Generator().manual_seed(seed)`, patchified to
+rows `[T*H/2*W/2, 96]`, and audio `torch.randn(2*A, 32)` on a second generator seeded the same;
+`seed` is the resolved plan's (42 when None). The dimensions come from the plan's `shape`
+(`resolved_v2` geometry: `height // 16`, `width // 16`, `video_latent_t`, `audio_latent_t`).
+
+`RequestDraws` reads the same plan at request entry, submits both draws (prenoise's
+`initial_noise_streams`, the same bits) to a request-owned `PreparationExecutor` through
+`ServedDraws`, and at the stage hands upstream a pre-filled `batch.extra["minimax_h3_denoise_
+state"]` only when the key `(seed, T, H, W, A)` computed from the plan the stage is given equals
+the planned one; otherwise (and whenever anything is unusual) upstream draws itself.
+
+Bitwise: the served state holds tensors equal to upstream's in values, shape, dtype, device
+(CPU) and strides (both contiguous), and the same ints; the global RNG is never used.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from prenoise.guards.cancel import CancelEvent
+from prenoise.preparation.draws import Stream, run_stream
+from prenoise.preparation.executor import PreparationExecutor
+from prenoise.preparation.served import KeyedDraw, ServedDraws
+from prenoise.ref2va.noise import initial_noise_streams
+
+__all__ = [
+    "DENOISE_STATE_KEY",
+    "DrawObserver",
+    "InitialKey",
+    "RequestDraws",
+    "initial_key",
+    "observers",
+    "torch_seed",
+]
+
+logger = logging.getLogger("prenoise.sglang")
+
+DENOISE_STATE_KEY = "minimax_h3_denoise_state"
+"""The `batch.extra` key upstream's early return checks (`MINIMAX_H3_DENOISE_STATE_EXTRA_KEY`)."""
+_PLAN_KEY = "minimax_h3_resolved_plan"
+_CANONICAL_KEY = "minimax_h3_canonical_request"
+_DEFAULT_SEED = 42  # upstream's pinned default when the plan has no seed
+
+DrawObserver = Callable[[str, "InitialKey", str, torch.Tensor], None]
+"""Told `(label, key, worker thread name, tensor)` after each prepared draw (tests, tools)."""
+observers: list[DrawObserver] = []
+
+
+def torch_seed(seed: int) -> int | None:
+    """The seed `torch.Generator.manual_seed(seed)` uses (a negative one wraps to 2^64 + s), or
+    None where manual_seed raises (the request is left to upstream)."""
+    if not -(2**63) <= seed <= 2**64 - 1:
+        return None
+    return seed % 2**64
+
+
+@dataclass(frozen=True)
+class InitialKey:
+    """What upstream's initial draw depends on: the torch seed and the latent sizes."""
+
+    seed: int
+    latent_t: int
+    latent_h: int
+    latent_w: int
+    audio_t: int
+
+
+def initial_key(plan: Any) -> InitialKey | None:
+    """The key of the draw upstream makes for `plan`, by upstream's arithmetic; None where
+    upstream would raise or anything is unusual (then prenoise prepares nothing)."""
+    try:
+        shape = plan.shape
+        if not isinstance(shape, Mapping) or str(shape["geometry"]) != "resolved_v2":
+            return None
+        if shape.get("video_latent_t") is None or shape.get("audio_latent_t") is None:
+            return None
+        seed = plan.seed
+        seed = torch_seed(int(_DEFAULT_SEED if seed is None else seed))
+        latent_h, latent_w = int(shape["height"]) // 16, int(shape["width"]) // 16
+        latent_t, audio_t = int(shape["video_latent_t"]), int(shape["audio_latent_t"])
+    except (AttributeError, KeyError, TypeError, ValueError, OverflowError):
+        return None
+    if seed is None or min(latent_t, latent_h, latent_w, audio_t) <= 0:
+        return None
+    if latent_h % 2 or latent_w % 2:  # upstream's patchify raises
+        return None
+    return InitialKey(seed, latent_t, latent_h, latent_w, audio_t)
+
+
+def entry_plan(batch: Any) -> Any:
+    """The plan upstream's stage will be given, read at request entry without changing the
+    batch: the cached `minimax_h3_resolved_plan`, else `minimax_h3_resolve_plan` of the
+    canonical request (upstream's own function, not cached here); None when there is none or
+    upstream would raise."""
+    extra = getattr(batch, "extra", None)
+    if not isinstance(extra, Mapping):
+        return None
+    cached = extra.get(_PLAN_KEY)
+    if cached is not None:
+        return cached
+    canonical = extra.get(_CANONICAL_KEY)
+    if canonical is None:
+        return None
+    from sglang.multimodal_gen.runtime.pipelines_core.stages.model_specific_stages.minimax_h3.resolved_plan import (  # noqa: E501
+        minimax_h3_resolve_plan,
+    )
+
+    try:
+        return minimax_h3_resolve_plan(canonical)
+    except Exception:  # upstream raises its own error later, at the stage
+        return None
+
+
+_VIDEO = "initial_video_noise"
+_AUDIO = "initial_audio_noise"
+
+
+class RequestDraws:
+    """The request-owned preparation of one `forward` (or `forward_batch`) call.
+
+    A context manager: entering opens a one-thread `PreparationExecutor`; leaving ends every
+    plan not served (pending draws cancelled, a running one joined) and shuts the worker down;
+    an exception raised inside (an encoder failing) propagates unchanged."""
+
+    def __init__(self) -> None:
+        self.executor = PreparationExecutor(name="prenoise-sglang")
+        self._plans: dict[int, tuple[InitialKey, ServedDraws]] = {}
+        self._lock = threading.Lock()
+        self.skipped: dict[int, str] = {}
+        """id(batch) -> why nothing was prepared for it."""
+
+    def __enter__(self) -> RequestDraws:
+        self.executor.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        try:
+            for _key, served in self._plans.values():
+                served.finish()
+            self._plans.clear()
+        finally:
+            self.executor.__exit__(*exc)
+
+    def owns(self, batch: Any) -> bool:
+        return id(batch) in self._plans or id(batch) in self.skipped
+
+    def submit(self, batch: Any) -> InitialKey | None:
+        """Plan and submit `batch`'s initial draws (None: nothing prepared, see `skipped`)."""
+        extra = getattr(batch, "extra", None)
+        if isinstance(extra, Mapping) and DENOISE_STATE_KEY in extra:
+            self.skipped[id(batch)] = "the denoise state is pre-filled already"
+            return None
+        key = initial_key(entry_plan(batch))
+        if key is None:
+            self.skipped[id(batch)] = "no resolved_v2 plan at request entry"
+            return None
+        video, audio = initial_noise_streams(
+            key.seed, key.latent_t, key.latent_h, key.latent_w, key.audio_t
+        )
+        cancel = self.executor.cancel_event
+        tag = f"@{len(self._plans)}"
+        draws = [
+            KeyedDraw(label + tag, key, self._work(label, key, stream, cancel))
+            for label, stream in ((_VIDEO, video), (_AUDIO, audio))
+        ]
+        served = ServedDraws(self.executor, job_name=lambda _i, d: d.label)
+        served.submit(draws)
+        self._plans[id(batch)] = (key, served)
+        return key
+
+    @staticmethod
+    def _work(
+        label: str, key: InitialKey, stream: Stream, cancel: CancelEvent
+    ) -> Callable[[tuple[torch.Generator, ...]], torch.Tensor]:
+        def work(_clones: tuple[torch.Generator, ...]) -> torch.Tensor:
+            tensor = run_stream(stream, cancel=cancel)[label]
+            for observer in list(observers):
+                observer(label, key, threading.current_thread().name, tensor)
+            return tensor
+
+        return work
+
+    def serve_state(self, batch: Any, plan: Any) -> dict[str, Any] | None:
+        """The denoise state for `batch` given `plan` (the stage's), or None: upstream draws.
+
+        Served only when the key of `plan` equals the planned key and both draws succeeded;
+        the state is the dict upstream builds, with the prepared tensors."""
+        with self._lock:
+            entry = self._plans.pop(id(batch), None)
+        if entry is None:
+            return None
+        planned, served = entry
+        actual = initial_key(plan)
+        labels = [d.label for d in served.planned]
+        video = served.serve(actual, label=labels[0])
+        audio = served.serve(actual, label=labels[1]) if video is not None else None
+        why = served.finish()
+        if video is None or audio is None:
+            logger.info("prenoise: MiniMax-H3 initial noise drawn by upstream: %s", why)
+            return None
+        return {
+            "initial_video_rows": video,
+            "initial_audio_rows": audio,
+            "latent_t": planned.latent_t,
+            "latent_h": planned.latent_h,
+            "latent_w": planned.latent_w,
+            "audio_t": planned.audio_t,
+        }

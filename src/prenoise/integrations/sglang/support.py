@@ -1,0 +1,136 @@
+"""Which of the plugin's paths run on the installed SGLang, decided by its code.
+
+`current()` answers once per process (`reset()` forgets it, for tests): the installed digest of
+every key of `reviewed.REVIEWED` is computed from the source files under the `sglang` package
+folder, found with `importlib.util.find_spec("sglang")` — nothing of SGLang is imported or
+executed. A path of `reviewed.PATHS` runs only where each function it relies on has a reviewed
+digest; otherwise `Support.problems` names the first function that is not the reviewed code and
+that path runs upstream's code untouched (the hooks pass every call straight through).
+"""
+
+from __future__ import annotations
+
+import ast
+import threading
+import tokenize
+from dataclasses import dataclass, field
+
+from prenoise.guards.source_digests import (
+    CodeUnavailable,
+    definition,
+    installed_source_file,
+    node_digest,
+)
+from prenoise.integrations.sglang.reviewed import H3_INITIAL_PATH, PATHS, RELEASES, REVIEWED
+
+__all__ = [
+    "ABSENT",
+    "H3_INITIAL_PATH",
+    "Support",
+    "current",
+    "installed_digest",
+    "key_problem",
+    "reset",
+]
+
+ABSENT = "absent"
+"""The digest of a function the installed source does not define (or a missing module)."""
+
+_lock = threading.Lock()
+_trees: dict[str, ast.Module] = {}
+_digests: dict[str, str] = {}
+_current: Support | None = None
+
+
+@dataclass(frozen=True)
+class Support:
+    """The plugin's paths on the installed SGLang."""
+
+    problems: dict[str, str] = field(default_factory=dict)
+    """path -> why it runs upstream's code (the first function that is not the reviewed code)."""
+    release: str | None = None
+    """The reviewed release whose code is installed for every key (log lines only)."""
+
+    def runs(self, path: str) -> bool:
+        return path not in self.problems
+
+    @property
+    def h3_initial(self) -> bool:
+        return self.runs(H3_INITIAL_PATH)
+
+
+def installed_digest(key: str) -> str:
+    """The digest of the installed `module:qualname` (`ABSENT` where it is not defined);
+    `CodeUnavailable` when sglang is not installed or the source cannot be read."""
+    with _lock:
+        digest = _digests.get(key)
+        if digest is not None:
+            return digest
+        module, _, qualname = key.partition(":")
+        tree = _trees.get(module)
+        if tree is None:
+            path = installed_source_file(module)
+            if path is None:
+                _digests[key] = ABSENT
+                return ABSENT
+            try:
+                with tokenize.open(path) as file:
+                    tree = ast.parse(file.read(), str(path))
+            except (OSError, SyntaxError) as error:
+                raise CodeUnavailable(f"the source of {module} cannot be read: {error}") from None
+            _trees[module] = tree
+        try:
+            digest = node_digest(definition(tree, qualname))
+        except CodeUnavailable:
+            digest = ABSENT
+        _digests[key] = digest
+        return digest
+
+
+def key_problem(key: str) -> str | None:
+    """None when the installed `key` has a reviewed digest; else why, naming the function."""
+    module, _, qualname = key.partition(":")
+    try:
+        digest = installed_digest(key)
+    except CodeUnavailable as error:
+        return f"{qualname} ({module}) cannot be read: {error}"
+    reviewed = REVIEWED.get(key, {})
+    if digest in reviewed:
+        return None
+    seen = ", ".join(f"{d} ({'/'.join(r)})" for d, r in reviewed.items())
+    what = "is missing" if digest == ABSENT else f"changed: digest {digest}"
+    return f"{qualname} ({module}) {what}; reviewed {seen}"
+
+
+def _installed_release() -> str | None:
+    candidates = set(RELEASES)
+    for key, reviewed in REVIEWED.items():
+        try:
+            candidates &= set(reviewed.get(installed_digest(key), ()))
+        except CodeUnavailable:
+            return None
+    return next((r for r in RELEASES if r in candidates), None)
+
+
+def current() -> Support:
+    """The installed code's support, computed once per process."""
+    global _current
+    if _current is None:
+        problems = {
+            path: problem
+            for path, keys in PATHS.items()
+            if (problem := next((p for p in map(key_problem, keys) if p), None))
+        }
+        found = Support(problems, _installed_release())
+        with _lock:
+            _current = _current or found
+    return _current
+
+
+def reset() -> None:
+    """Forget the computed support and digests (tests that change the recorded digests)."""
+    global _current
+    with _lock:
+        _current = None
+        _trees.clear()
+        _digests.clear()

@@ -69,6 +69,7 @@ def h3() -> Any:
         denoising,
         latent_preparation,
         timestep_preparation,
+        visual_encoding,
     )
     from sglang.multimodal_gen.runtime.platforms import plugins
 
@@ -87,6 +88,7 @@ def h3() -> Any:
         LatentStage=latent_preparation.MiniMaxH3LatentPreparationStage,
         TimestepStage=timestep_preparation.MiniMaxH3TimestepPreparationStage,
         DenoisingStage=denoising.MiniMaxH3DenoisingStage,
+        VisualStage=visual_encoding.MiniMaxH3VisualEncodingStage,
         plugins=plugins,
     )
     server_args_module.set_global_server_args(previous)

@@ -9,153 +9,15 @@ every input the DiT gets at each step, the stage's outputs, and the global RNG s
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
-from collections.abc import Callable, Iterator
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 import torch
+from _h3_harness import make_request, recorded_draws, run, same
 
-from prenoise.integrations.sglang import h3_initial, plugin, reviewed, support
-
-STEPS = 3
-
-
-class FakeH3DiT(torch.nn.Module):
-    """What the H3 denoising stage calls (as in SGLang's own H3 harnesses): records its
-    inputs and returns velocities that depend on them."""
-
-    def __init__(self, target_rows: int, audio_rows: int) -> None:
-        super().__init__()
-        self.final_layer = SimpleNamespace(_pdd_heads=None)
-        self._resolved_attention_backend = None
-        self.target_rows, self.audio_rows = target_rows, audio_rows
-        self.inputs: list[dict[str, torch.Tensor]] = []
-
-    def _resolve_attention_backend_once(self) -> None:
-        return None
-
-    def prepare_adaln_plans(self, *_args: Any, **_kwargs: Any) -> None:
-        return None
-
-    def forward(self, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
-        self.inputs.append({k: v.clone() for k, v in kwargs.items() if torch.is_tensor(v)})
-        x = kwargs["x"].float()
-        video = x[0, : self.target_rows, :96] * 0.5 + x.mean()
-        audio = torch.zeros(self.audio_rows, 32) + kwargs["audio_x"].float().mean()
-        return video, audio
-
-
-def tensors(value: Any, prefix: str = "") -> Iterator[tuple[str, torch.Tensor]]:
-    """Every tensor in a nested dict/list/tuple/struct, with its path."""
-    if torch.is_tensor(value):
-        yield prefix, value
-    elif isinstance(value, dict):
-        for key in sorted(value, key=str):
-            yield from tensors(value[key], f"{prefix}.{key}")
-    elif isinstance(value, list | tuple):
-        for i, item in enumerate(value):
-            yield from tensors(item, f"{prefix}[{i}]")
-
-
-def fingerprint(tensor: torch.Tensor) -> tuple[Any, ...]:
-    """Shape, dtype, device, strides and the exact bytes (an integer view)."""
-    data = tensor.detach().cpu().contiguous()
-    raw = data.reshape(-1).view(torch.uint8) if data.numel() else data
-    return (tuple(tensor.shape), tensor.dtype, tensor.device.type, tensor.stride(), raw.clone())
-
-
-def same(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
-    """Names of fields that differ in anything (bytes included); [] when all are identical."""
-    differ = sorted(set(a) ^ set(b))
-    for name in sorted(set(a) & set(b) - {"served_ptrs"}):
-        fa, fb = a[name], b[name]
-        if fa[:4] != fb[:4] or not torch.equal(fa[4], fb[4]):
-            differ.append(name)
-    return differ
-
-
-def make_request(h3: Any, seed: int, short_edge: int, duration: float) -> Any:
-    """A t2va request as SGLang's HTTP process hands it to a worker (pre-queue plan shipped)."""
-    sampling = h3.SamplingParams(
-        prompt="a cat",
-        task="t2va",
-        seed=seed,
-        target={"short_edge": short_edge, "aspect_ratio": "16:9", "duration_seconds": duration},
-        num_inference_steps=STEPS,
-    )
-    req = h3.Req(sampling_params=sampling)
-    sampling.apply_request_extra(req)
-    h3.prepare_for_queue(req)
-    req.generator = [torch.Generator("cpu").manual_seed(seed)]
-    req.prompt_embeds = [torch.zeros(1, 4, 8)]
-    req.extra["minimax_h3_text_embeddings"] = {
-        "positive": {
-            "hidden_states": torch.zeros(5, 5120, dtype=torch.bfloat16),
-            "text_len": 5,
-            "text_token_tags": torch.ones(5),
-        }
-    }
-    return req
-
-
-def run(
-    h3: Any,
-    req: Any,
-    *,
-    before_latents: Callable[[Any], None] | None = None,
-) -> dict[str, Any]:
-    """One request through the plugin's forward hook and upstream's stages; every compared
-    field (name -> fingerprint)."""
-    fields: dict[str, Any] = {}
-    served = fields.setdefault("served_ptrs", [])
-
-    def stages(_pipeline: Any, batch: Any, sa: Any) -> Any:
-        if before_latents is not None:
-            before_latents(batch)  # the encoders' place in the stage list
-        batch = h3.LatentStage()(batch, sa)
-        batch = h3.TimestepStage()(batch, sa)
-        state = batch.extra["minimax_h3_denoise_state"]
-        served.extend(state[k].data_ptr() for k in ("initial_video_rows", "initial_audio_rows"))
-        for name, t in tensors({"latents": batch.latents, "audio": batch.audio_latents}):
-            fields[f"denoise_in{name}"] = fingerprint(t)
-        for name, t in tensors(batch.extra):
-            fields[f"denoise_in.extra{name}"] = fingerprint(t)
-        ints = {k: v for k, v in state.items() if not torch.is_tensor(v)}
-        assert all(type(v) is int for v in ints.values())
-        names = ",".join(sorted(ints))
-        fields[f"denoise_in.state[{names}]"] = fingerprint(
-            torch.tensor([ints[k] for k in sorted(ints)])
-        )
-        dit = FakeH3DiT(state["initial_video_rows"].shape[0], state["initial_audio_rows"].shape[0])
-        batch = h3.DenoisingStage(transformer=dit)(batch, sa)
-        for step, inputs in enumerate(dit.inputs):
-            for name, t in inputs.items():
-                fields[f"dit[{step}].{name}"] = fingerprint(t)
-        for name, t in tensors({"latents": batch.latents, "audio": batch.audio_latents}):
-            fields[f"denoise_out{name}"] = fingerprint(t)
-        return batch
-
-    pipeline = object.__new__(h3.Pipeline)  # a MiniMax-H3 pipeline (no weights)
-    plugin.around_forward(stages, pipeline, req, h3.SA)
-    return fields
-
-
-@contextlib.contextmanager
-def recorded_draws() -> Iterator[list[tuple[str, int, str, int]]]:
-    seen: list[tuple[str, int, str, int]] = []
-
-    def observe(label: str, key: Any, thread: str, tensor: torch.Tensor) -> None:
-        seen.append((label, key.seed, thread, tensor.data_ptr()))
-
-    h3_initial.observers.append(observe)
-    try:
-        yield seen
-    finally:
-        h3_initial.observers.remove(observe)
+from prenoise.integrations.sglang import plugin, reviewed, support
 
 
 def both_arms(
@@ -181,7 +43,7 @@ def test_plugin_loaded_by_sglangs_loader(h3: Any) -> None:
     assert getattr(prepare, "__wrapped__", None) is not None
     registered = {t for t, hooks in h3.plugins.HookRegistry._hooks.items()
                   for _type, hook, _src in hooks if hook.__module__ == plugin.__name__}  # fmt: skip
-    assert registered == {target for target, _hook in plugin.HOOKS}
+    assert registered == {target for target, _hook in plugin.HOOKS + plugin.CONDITION_HOOKS}
     assert support.current().h3_initial and support.current().release == "0.5.23"
 
 

@@ -13,8 +13,16 @@ rows `[T*H/2*W/2, 96]`, and audio `torch.randn(2*A, 32)` on a second generator s
 state"]` only when the key `(seed, T, H, W, A)` computed from the plan the stage is given equals
 the planned one; otherwise (and whenever anything is unusual) upstream draws itself.
 
+The same object also owns the request's visual-condition draws (`h3_conditions`): predicted at
+entry, submitted after every batch's initial draws (`submit_conditions`), served to the
+Denoising stage's `minimax_h3_imgvid_cond_noise_aug_rows` call by `serve_condition_rows`.
+A group (`forward_batch`: the outputs of one prompt expanded by upstream, each with its own
+seed, run stage by stage) gets one plan per batch on the one worker: every output's initial
+draws first, in order, then every output's condition draws.
+
 Bitwise: the served state holds tensors equal to upstream's in values, shape, dtype, device
-(CPU) and strides (both contiguous), and the same ints; the global RNG is never used.
+(CPU) and strides (both contiguous), and the same ints; the served condition rows are what
+upstream's function returns (see `h3_conditions`); the global RNG is never used.
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ from typing import Any
 import torch
 
 from prenoise.guards.cancel import CancelEvent
+from prenoise.integrations.sglang import h3_conditions
 from prenoise.preparation.draws import Stream, run_stream
 from prenoise.preparation.executor import PreparationExecutor
 from prenoise.preparation.served import KeyedDraw, ServedDraws
@@ -38,8 +47,10 @@ __all__ = [
     "DrawObserver",
     "InitialKey",
     "RequestDraws",
+    "ServeObserver",
     "initial_key",
     "observers",
+    "serve_observers",
     "torch_seed",
 ]
 
@@ -54,6 +65,15 @@ _DEFAULT_SEED = 42  # upstream's pinned default when the plan has no seed
 DrawObserver = Callable[[str, "InitialKey", str, torch.Tensor], None]
 """Told `(label, key, worker thread name, tensor)` after each prepared draw (tests, tools)."""
 observers: list[DrawObserver] = []
+ServeObserver = Callable[[str, bool], None]
+"""Told `(what, served)` when a planned request's `"initial"` or `"conditions"` noise is asked
+for: True when the prepared draws were handed over, False when upstream draws (tests)."""
+serve_observers: list[ServeObserver] = []
+
+
+def _told(what: str, served: bool) -> None:
+    for observer in list(serve_observers):
+        observer(what, served)
 
 
 def torch_seed(seed: int) -> int | None:
@@ -132,12 +152,18 @@ class RequestDraws:
     plan not served (pending draws cancelled, a running one joined) and shuts the worker down;
     an exception raised inside (an encoder failing) propagates unchanged."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, initial: bool = True, conditions: bool = False) -> None:
         self.executor = PreparationExecutor(name="prenoise-sglang")
+        self._initial, self._with_conditions = initial, conditions
         self._plans: dict[int, tuple[InitialKey, ServedDraws]] = {}
+        self._conditions: dict[int, ServedDraws] = {}
         self._lock = threading.Lock()
+        self._submitted = 0
+        self._later: list[tuple[Any, Any, str]] = []
         self.skipped: dict[int, str] = {}
         """id(batch) -> why nothing was prepared for it."""
+        self.conditions_skipped: dict[int, str] = {}
+        """id(batch) -> why its visual-condition noise was not prepared."""
 
     def __enter__(self) -> RequestDraws:
         self.executor.__enter__()
@@ -147,7 +173,10 @@ class RequestDraws:
         try:
             for _key, served in self._plans.values():
                 served.finish()
+            for served in self._conditions.values():
+                served.finish()
             self._plans.clear()
+            self._conditions.clear()
         finally:
             self.executor.__exit__(*exc)
 
@@ -155,20 +184,42 @@ class RequestDraws:
         return id(batch) in self._plans or id(batch) in self.skipped
 
     def submit(self, batch: Any) -> InitialKey | None:
-        """Plan and submit `batch`'s initial draws (None: nothing prepared, see `skipped`)."""
+        """Plan and submit `batch`'s initial draws and note its visual-condition draws for
+        `submit_conditions`; None: nothing prepared, see `skipped`."""
         extra = getattr(batch, "extra", None)
         if isinstance(extra, Mapping) and DENOISE_STATE_KEY in extra:
             self.skipped[id(batch)] = "the denoise state is pre-filled already"
             return None
-        key = initial_key(entry_plan(batch))
+        plan = entry_plan(batch)
+        key = initial_key(plan)
         if key is None:
             self.skipped[id(batch)] = "no resolved_v2 plan at request entry"
             return None
+        tag = f"@{self._submitted}"
+        self._submitted += 1
+        if self._initial:
+            self._submit_initial(batch, key, tag)
+        if self._with_conditions:
+            self._later.append((batch, plan, tag))
+        return key
+
+    def submit_conditions(self) -> None:
+        """Submit the visual-condition draws of every batch submitted so far, after all their
+        initial draws (the latent stage of each output comes before any condition noise)."""
+        later, self._later = self._later, []
+        for batch, plan, tag in later:
+            keys, why = h3_conditions.predict(batch, plan)
+            if keys:
+                served = h3_conditions.submit(self.executor, keys, tag, observers)
+                self._conditions[id(batch)] = served
+            else:
+                self.conditions_skipped[id(batch)] = why
+
+    def _submit_initial(self, batch: Any, key: InitialKey, tag: str) -> None:
         video, audio = initial_noise_streams(
             key.seed, key.latent_t, key.latent_h, key.latent_w, key.audio_t
         )
         cancel = self.executor.cancel_event
-        tag = f"@{len(self._plans)}"
         draws = [
             KeyedDraw(label + tag, key, self._work(label, key, stream, cancel))
             for label, stream in ((_VIDEO, video), (_AUDIO, audio))
@@ -176,7 +227,6 @@ class RequestDraws:
         served = ServedDraws(self.executor, job_name=lambda _i, d: d.label)
         served.submit(draws)
         self._plans[id(batch)] = (key, served)
-        return key
 
     @staticmethod
     def _work(
@@ -205,6 +255,7 @@ class RequestDraws:
         video = served.serve(actual, label=labels[0])
         audio = served.serve(actual, label=labels[1]) if video is not None else None
         why = served.finish()
+        _told("initial", video is not None and audio is not None)
         if video is None or audio is None:
             logger.info("prenoise: MiniMax-H3 initial noise drawn by upstream: %s", why)
             return None
@@ -216,3 +267,37 @@ class RequestDraws:
             "latent_w": planned.latent_w,
             "audio_t": planned.audio_t,
         }
+
+    def serve_condition_rows(
+        self, batch: Any, clean_rows: Any, kwargs: Mapping[str, Any]
+    ) -> torch.Tensor | None:
+        """What `minimax_h3_imgvid_cond_noise_aug_rows(clean_rows, **kwargs)` returns for
+        `batch`, from the prepared noise; None: upstream's function runs (draws and mixes).
+
+        Served only when the call's key of every condition equals the planned one (same count,
+        seed, `T + n` and shapes); anything else ends the plan (pending draws cancelled, a
+        running one joined)."""
+        with self._lock:
+            served = self._conditions.pop(id(batch), None)
+        if served is None:
+            return None
+        keys, noise_aug = h3_conditions.call_keys(clean_rows, kwargs)
+        labels = [d.label for d in served.planned]
+        noise: list[torch.Tensor] = []
+        if not keys:
+            served.end("the call is not one prenoise serves (no condition noise drawn, or "
+                       "arguments upstream refuses)")  # fmt: skip
+        elif len(keys) != len(labels):
+            served.end(f"the call has {len(keys)} visual conditions, {len(labels)} were planned")
+        else:
+            for key, label in zip(keys, labels, strict=True):
+                rows = served.serve(key, label=label)
+                if rows is None:
+                    break
+                noise.append(rows)
+        why = served.finish()
+        _told("conditions", bool(keys) and len(noise) == len(labels))
+        if len(noise) != len(labels) or not keys:
+            logger.info("prenoise: MiniMax-H3 condition noise drawn by upstream: %s", why)
+            return None
+        return h3_conditions.mix(clean_rows, noise, noise_aug)

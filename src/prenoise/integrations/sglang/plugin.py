@@ -12,6 +12,10 @@ module. Hooks (MiniMax-H3 initial noise, `h3_initial`):
 - `MiniMaxH3LatentPreparationStage._prepare_denoise_state_from_plan`: pre-fill upstream's
   `batch.extra["minimax_h3_denoise_state"]` with the prepared draws when their key matches,
   then call upstream's function (which returns at once on a pre-filled state).
+- Visual-condition noise (`h3_conditions`; its own path, registered only where its code is the
+  reviewed code): `MiniMaxH3DenoisingStage._run_full_loop` names the request being denoised;
+  `condition_noise.minimax_h3_imgvid_cond_noise_aug_rows` returns the prepared noise mixed by
+  upstream's arithmetic when every condition's key matches the plan, else runs upstream's.
 
 Every hook passes the call straight to upstream's function when the plugin is off
 (`PRENOISE_SGLANG=0`, read per call), when the installed code is not the reviewed code
@@ -31,7 +35,7 @@ from typing import Any
 from prenoise.integrations.sglang import support
 from prenoise.integrations.sglang.h3_initial import DENOISE_STATE_KEY, RequestDraws
 
-__all__ = ["ENABLE_ENV", "HOOKS", "enabled", "register"]
+__all__ = ["CONDITION_HOOKS", "ENABLE_ENV", "HOOKS", "enabled", "register"]
 
 logger = logging.getLogger("prenoise.sglang")
 
@@ -43,10 +47,21 @@ _LATENT = (
     "sglang.multimodal_gen.runtime.pipelines_core.stages.model_specific_stages.minimax_h3."
     "stages.latent_preparation.MiniMaxH3LatentPreparationStage"
 )
+_DENOISING = (
+    "sglang.multimodal_gen.runtime.pipelines_core.stages.model_specific_stages.minimax_h3."
+    "stages.denoising.MiniMaxH3DenoisingStage"
+)
+_CONDITION_NOISE = (
+    "sglang.multimodal_gen.runtime.pipelines_core.stages.model_specific_stages.minimax_h3."
+    "condition_noise.minimax_h3_imgvid_cond_noise_aug_rows"
+)
 _H3_PIPELINE_MODULE = "sglang.multimodal_gen.runtime.pipelines.minimax_h3_pipeline"
 
 _current: contextvars.ContextVar[RequestDraws | None] = contextvars.ContextVar(
     "prenoise_sglang_request", default=None
+)
+_denoising: contextvars.ContextVar[Any] = contextvars.ContextVar(
+    "prenoise_sglang_denoising_batch", default=None
 )
 _said: set[str] = set()
 _said_lock = threading.Lock()
@@ -66,8 +81,8 @@ def _say_once(key: str, line: str, level: int = logging.INFO) -> None:
     logger.log(level, line)
 
 
-def _active() -> bool:
-    return enabled() is True and support.current().h3_initial
+def _active(path: str = support.H3_INITIAL_PATH) -> bool:
+    return enabled() is True and support.current().runs(path)
 
 
 def _is_h3(pipeline: Any) -> bool:
@@ -81,11 +96,12 @@ def _with_requests(
 ) -> Any:
     if _current.get() is not None or not _is_h3(pipeline) or not _active():
         return original(pipeline, *a, **k)  # nested (forward_batch -> forward), or not ours
-    with RequestDraws() as draws:
+    with RequestDraws(conditions=_active(support.H3_CONDITIONS_PATH)) as draws:
         token = _current.set(draws)
         try:
             for batch in batches:
                 draws.submit(batch)
+            draws.submit_conditions()
             return original(pipeline, *a, **k)
         finally:
             _current.reset(token)
@@ -121,12 +137,47 @@ def around_prepare_denoise_state(
     return original(stage, batch, plan, *args, **kwargs)
 
 
+def around_run_full_loop(
+    original: Callable[..., Any], stage: Any, batch: Any, *args: Any, **kwargs: Any
+) -> Any:
+    """AROUND `MiniMaxH3DenoisingStage._run_full_loop(self, batch, server_args)`: tells the
+    condition-noise hook which request's draws it is called for; changes nothing else."""
+    token = _denoising.set(batch)
+    try:
+        return original(stage, batch, *args, **kwargs)
+    finally:
+        _denoising.reset(token)
+
+
+def around_imgvid_cond_noise(original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """AROUND `condition_noise.minimax_h3_imgvid_cond_noise_aug_rows(clean_rows, **kw)`: the
+    prepared noise mixed by upstream's arithmetic when every condition's key matches the plan,
+    else upstream's function itself (see `h3_conditions`)."""
+    draws, batch = _current.get(), _denoising.get()
+    if (
+        draws is not None
+        and batch is not None
+        and len(args) == 1
+        and _active(support.H3_CONDITIONS_PATH)
+    ):
+        rows = draws.serve_condition_rows(batch, args[0], kwargs)
+        if rows is not None:
+            return rows
+    return original(*args, **kwargs)
+
+
 HOOKS: tuple[tuple[str, Callable[..., Any]], ...] = (
     (f"{_BASE}.forward", around_forward),
     (f"{_BASE}.forward_batch", around_forward_batch),
     (f"{_LATENT}._prepare_denoise_state_from_plan", around_prepare_denoise_state),
 )
-"""(dotted target, AROUND hook) registered by `register`."""
+"""(dotted target, AROUND hook) registered by `register` for the initial noise."""
+
+CONDITION_HOOKS: tuple[tuple[str, Callable[..., Any]], ...] = (
+    (f"{_DENOISING}._run_full_loop", around_run_full_loop),
+    (_CONDITION_NOISE, around_imgvid_cond_noise),
+)
+"""(dotted target, AROUND hook) registered in addition for the visual-condition noise."""
 
 
 def register() -> None:
@@ -149,10 +200,17 @@ def register() -> None:
         return
     from sglang.multimodal_gen.runtime.platforms.plugins import HookRegistry, HookType
 
-    for target, hook in HOOKS:
+    conditions = code.runs(support.H3_CONDITIONS_PATH)
+    for target, hook in HOOKS + (CONDITION_HOOKS if conditions else ()):
         HookRegistry.register(target, hook, HookType.AROUND)
+    if not conditions:
+        problem = code.problems[support.H3_CONDITIONS_PATH]
+        _say_once("code", f"prenoise: sglang: {support.H3_CONDITIONS_PATH}: off, upstream's "
+                  f"code runs untouched: {problem}", logging.WARNING)  # fmt: skip
     _say_once(
         "on",
         f"prenoise: sglang (code of {code.release}): {support.H3_INITIAL_PATH}: on "
-        "(MiniMax-H3 t2va/fl2va/ref2va); condition and rollout noise: upstream's draws",
+        "(MiniMax-H3 t2va/fl2va/ref2va); "
+        f"{support.H3_CONDITIONS_PATH}: {'on' if conditions else 'off'}; "
+        "rollout noise: upstream's draws",
     )

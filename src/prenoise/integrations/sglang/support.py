@@ -21,10 +21,17 @@ from prenoise.guards.source_digests import (
     installed_source_file,
     node_digest,
 )
-from prenoise.integrations.sglang.reviewed import H3_INITIAL_PATH, PATHS, RELEASES, REVIEWED
+from prenoise.integrations.sglang.reviewed import (
+    H3_CONDITIONS_PATH,
+    H3_INITIAL_PATH,
+    PATHS,
+    RELEASES,
+    REVIEWED,
+)
 
 __all__ = [
     "ABSENT",
+    "H3_CONDITIONS_PATH",
     "H3_INITIAL_PATH",
     "Support",
     "current",
@@ -102,11 +109,12 @@ def key_problem(key: str) -> str | None:
     return f"{qualname} ({module}) {what}; reviewed {seen}"
 
 
-def _installed_release() -> str | None:
+def _installed_release(keys: set[str]) -> str | None:
+    """The reviewed release whose code every key of `keys` (those of the paths that run) is."""
     candidates = set(RELEASES)
-    for key, reviewed in REVIEWED.items():
+    for key in sorted(keys):
         try:
-            candidates &= set(reviewed.get(installed_digest(key), ()))
+            candidates &= set(REVIEWED[key].get(installed_digest(key), ()))
         except CodeUnavailable:
             return None
     return next((r for r in RELEASES if r in candidates), None)
@@ -121,7 +129,8 @@ def current() -> Support:
             for path, keys in PATHS.items()
             if (problem := next((p for p in map(key_problem, keys) if p), None))
         }
-        found = Support(problems, _installed_release())
+        running = {key for path, keys in PATHS.items() if path not in problems for key in keys}
+        found = Support(problems, _installed_release(running))
         with _lock:
             _current = _current or found
     return _current

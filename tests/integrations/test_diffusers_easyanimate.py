@@ -125,7 +125,7 @@ def test_height_and_width_are_rounded_down_to_16(tiny: Any) -> None:
 
 
 def test_inpaint_masked_video_noise_follows_the_served_noise(
-    tiny: Any, monkeypatch: pytest.MonkeyPatch
+    patched_upstream: None, tiny: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """`add_noise_to_reference_video` draws with `torch.randn(generator=generator)` after the
     noise: in both arms it finds the generator just past the noise, drawn on the request

@@ -274,7 +274,9 @@ def test_an_encoded_shape_unlike_the_prediction_falls_back(
     )
 
 
-def test_an_encoder_that_raises(pipe: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_encoder_that_raises(
+    patched_upstream: None, pipe: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The original exception reaches the caller; the pending draws are cancelled, the running
     one joined, the generator untouched and nothing left installed."""
     from diffusers.modular_pipelines.minimax_h3 import encoders
@@ -320,7 +322,7 @@ def test_an_encoder_that_raises(pipe: Any, monkeypatch: pytest.MonkeyPatch) -> N
 
 
 def test_a_generator_the_encoders_also_draw_from(
-    pipe: Any, monkeypatch: pytest.MonkeyPatch
+    patched_upstream: None, pipe: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A block that draws from the request's generator after the plan: the prepared draws no
     longer start where the generator is, so every draw is the plain one."""
@@ -499,7 +501,7 @@ def test_concurrent_calls_keep_their_own_draws(pipe: Any) -> None:
 
 
 def test_debug_rng_checks_prenoise_draws_not_the_pipelines(
-    pipe: Any, monkeypatch: pytest.MonkeyPatch
+    patched_upstream: None, pipe: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """PRENOISE_DEBUG_RNG=1: a block's own global-RNG draw is the pipeline's business (the call
     runs overlapped, plain-equal); a prepared draw that drew the global RNG would raise."""

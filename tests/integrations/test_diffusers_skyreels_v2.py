@@ -54,7 +54,9 @@ def _shapes(pipe: Any, kwargs: dict[str, Any]) -> list[tuple[int, ...]]:
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_the_scheduler_is_stepped_without_the_generator(tiny: Any, name: str) -> None:
+def test_the_scheduler_is_stepped_without_the_generator(
+    patched_upstream: None, tiny: Any, name: str
+) -> None:
     """UniPC (the released scheduler) draws nothing, and it is not given the generator."""
     pipe = tiny(name)
     seen: list[dict[str, Any]] = []

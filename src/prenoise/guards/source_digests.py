@@ -44,6 +44,9 @@ def installed_source_file(module: str) -> Path | None:
     except (ImportError, ValueError) as error:
         raise CodeUnavailable(f"{top} cannot be found: {error}") from None
     locations = list(spec.submodule_search_locations or ()) if spec is not None else []
+    if spec is not None and not locations and not rest and spec.origin:  # a top-level module
+        origin = Path(spec.origin)
+        return origin if origin.suffix == ".py" and origin.is_file() else None
     if not locations:
         raise CodeUnavailable(f"{top} is not installed")
     for location in locations:

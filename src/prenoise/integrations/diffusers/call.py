@@ -25,7 +25,11 @@ from typing import Any
 
 import torch
 
-from prenoise.integrations.diffusers.digests import class_code_problem
+from prenoise.integrations.diffusers.digests import (
+    class_code_problem,
+    class_live_problem,
+    relied_on,
+)
 from prenoise.integrations.diffusers.patching import (
     PATCHED_NAME,
     active_replay,
@@ -66,6 +70,20 @@ logger = logging.getLogger("prenoise.integrations.diffusers")
 
 CHANGED_CODE = "changed-code"
 """The warn-once key of a class whose relied-on diffusers code is not the reviewed code."""
+LIVE_CODE = "live-code"
+"""The warn-once key of a call whose running code is not the reviewed code (a runtime patch,
+a wrapper, stale bytecode: `digests.class_live_problem`)."""
+
+
+def _instance_override(pipe: Any, cls: type) -> str | None:
+    """A relied-on method of `cls` shadowed on the instance (`pipe.prepare_latents = ...`)."""
+    own = getattr(pipe, "__dict__", {})
+    for key in relied_on(f"{cls.__module__}.{cls.__qualname__}"):
+        qualname = key.partition(":")[2]
+        owner, _, name = qualname.rpartition(".")
+        if owner == cls.__qualname__ and name in own:
+            return f"the code that runs is not the reviewed code: {qualname} is set on the instance"
+    return None
 
 
 def plan_call(pipe: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> list[PlannedDraw]:
@@ -95,6 +113,9 @@ def _plan_with_arguments(
     changed = class_code_problem(cls)
     if changed is not None:
         raise Unpredictable(changed, CHANGED_CODE)
+    live = class_live_problem(cls) or _instance_override(pipe, cls)
+    if live is not None:
+        raise Unpredictable(live, LIVE_CODE)
     if active_replay() is not None:
         raise Unpredictable("nested inside another overlapped call", "nested")
     signature = inspect.signature(cls.__call__)

@@ -19,6 +19,13 @@ per-step schedulers of `step_noise.STEP_DRAWS` (their `step`), the raw-draw wind
 `raw_draws.py` and the modular pipelines' plans (`modular_code_problem`, keyed by the
 `ModularPipeline` class).
 
+Digests speak of the installed *files*; what runs is the live function objects. So at every
+call `class_live_problem` / `modular_live_problem` also check that each relied-on function, as
+found at its place now, carries the code its installed source compiles to (a runtime patch of
+`randn_tensor`, a swapped `__code__`, a wrapper put around `__call__`, an unchecked-hash `.pyc`
+are each named), and that `torch.randn` / `Tensor.normal_` are torch's own
+(`prenoise.guards.live_code`; verified once per function object, then an identity check).
+
 Not covered by a digest: code the listed functions call that does not decide a draw (encoders,
 transformers); it is trusted not to draw from the caller's generator, as it does in every
 reviewed release (a `__call__` that handed the generator to it would change its digest).
@@ -34,6 +41,7 @@ import tokenize
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
+from prenoise.guards.live_code import live_keys_problem
 from prenoise.guards.source_digests import CodeUnavailable, code_digest, definition, node_digest
 from prenoise.integrations.diffusers.reviewed import COMMON, RELEASES, REVIEWED, SHARED
 from prenoise.integrations.diffusers.reviewed_modular import MODULAR_COMMON, MODULAR_REVIEWED
@@ -43,10 +51,12 @@ __all__ = [
     "TESTED_DIFFUSERS_VERSIONS",
     "CodeUnavailable",
     "class_code_problem",
+    "class_live_problem",
     "code_digest",
     "code_problem",
     "installed_digest",
     "modular_code_problem",
+    "modular_live_problem",
     "modular_relied_on",
     "register_reviewed_code",
     "relied_on",
@@ -275,3 +285,25 @@ def window_code_problem(cls: type, after: str) -> str | None:
     not be armed: its `__call__` (which makes the draw) or `after` is not the reviewed code."""
     base = f"{cls.__module__}:{cls.__qualname__}"
     return _changed(code_problem((f"{base}.__call__", f"{base}.{after}")))
+
+
+def _live(keys: Iterable[str]) -> str | None:
+    problem = live_keys_problem(tuple(keys))
+    return None if problem is None else f"the code that runs is not the reviewed code: {problem}"
+
+
+def class_live_problem(cls: type) -> str | None:
+    """Why what runs for pipeline class `cls` now is not the reviewed code `class_code_problem`
+    checked (None: it is); see the module doc. Checked at every call."""
+    return _live(relied_on(_path(cls)))
+
+
+BLOCK_STATE = "diffusers.modular_pipelines.modular_pipeline:ModularPipelineBlocks.get_block_state"
+"""Held by prenoise's block hook while overlapped modular calls run: the hook checks the
+diffusers method it calls itself (`modular.hook.diffusers_method_problem`)."""
+
+
+def modular_live_problem(cls: type) -> str | None:
+    """`class_live_problem` for a `ModularPipeline` class (its modular plan's functions; the
+    block-state read is the hook's to check)."""
+    return _live(k for k in modular_relied_on(_path(cls)) if k != BLOCK_STATE)

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from prenoise.integrations.diffusers.digests import modular_code_problem
-from prenoise.integrations.diffusers.modular.hook import block_watch
+from prenoise.integrations.diffusers.digests import modular_code_problem, modular_live_problem
+from prenoise.integrations.diffusers.modular.hook import block_watch, diffusers_method_problem
 from prenoise.integrations.diffusers.modular.plan import (
     ModularPlan,
     PlanLater,
@@ -137,6 +137,9 @@ def _unplannable(cls: type) -> tuple[ModularPlan | None, str | None, str | None]
     changed = modular_code_problem(cls)
     if changed is not None:
         return None, changed, "changed-code"
+    live = modular_live_problem(cls) or diffusers_method_problem()
+    if live is not None:
+        return None, live, "live-code"
     if active_replay() is not None:
         return None, "nested inside another overlapped call", "nested"
     return plan, None, None

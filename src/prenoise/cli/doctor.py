@@ -7,6 +7,7 @@ import os
 
 from rich.table import Table
 
+from prenoise.cli import omp_policy
 from prenoise.observe.console_text import cell
 
 __all__ = ["doctor_table"]
@@ -37,6 +38,7 @@ def doctor_table() -> Table:
     table.add_row("torch bf16/f16 rule", cell("ok: " if half.holds else "REFUSED: ", half.reason))
     table.add_row("torch CPU capability", cell(torch.backends.cpu.get_cpu_capability()))
     table.add_row("torch intra-op threads", cell(str(torch.get_num_threads())))
+    table.add_row("OpenMP wait policy", cell(omp_policy.describe()))
     cuda = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none"
     table.add_row("CUDA", cell(cuda))
     _noise_stream_rows(table)

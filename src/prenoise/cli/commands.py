@@ -105,10 +105,13 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         check_outputs_are_not_inputs([("--json", report_path)], inputs)
         missing = missing_directory(report_path, "--json")
     # Before anything is inflated: both files' declared contents must fit the budget.
-    require_inputs_fit((args.a, args.b), args.memory_budget)
+    declared = require_inputs_fit((args.a, args.b), args.memory_budget)
     # Exit status: 0 equal, 1 different, 2 cannot compare (UncomparableError, a user error).
     a = load_saved(args.a, args.memory_budget)
-    report = compare(a, load_saved(args.b, args.memory_budget))
+    b = load_saved(args.b, args.memory_budget)
+    # What is left of the budget for the copies comparing needs (None: measured at each copy).
+    left = None if args.memory_budget is None else max(0, args.memory_budget - declared)
+    report = compare(a, b, memory_budget=left)
     if args.json:
         write_atomic(args.json, report.to_json(indent=2), what="--json")
         _print_created([missing])
@@ -520,6 +523,7 @@ def _run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     """Check the environment, (under torchrun) the options the ranks honour and the command's
     extras, then run the command."""
     from prenoise.cli import torchrun_options
+    from prenoise.guards.documents import check_document_file
     from prenoise.guards.env import check_environment, env_choice
     from prenoise.noise import kernel
 
@@ -535,6 +539,9 @@ def _run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             if torchrun_options.print_rank():  # one line per host, not one per rank
                 sys.stderr.write(f"error: {refused}\n")
             return EXIT_USAGE
+    recipe = getattr(args, "recipe", None)
+    if recipe is not None:  # a device, a FIFO or a huge file: refused before it is read
+        check_document_file(recipe, "--recipe")
     _require_extras(args)
     func = _command(args.command)
     if distributed:

@@ -12,6 +12,12 @@ serve` does at start).
 
 A write the OS refuses (no space, quota, read-only file system, an I/O error) is a
 :class:`OutputWriteError`: one line naming the path and the reason, and that nothing was written.
+
+Only a regular file (or nothing) is ever replaced. A path that names a device node, a named pipe,
+a socket or a directory, also through a symlink, or a loop of symlinks, is refused before the
+temporary file is made and again just before the rename (:class:`OutputTargetError`): the rename
+would swap the node itself for a regular file (as root, `prenoise compare a b --json /dev/null`
+replaced the system's `/dev/null`).
 """
 
 from __future__ import annotations
@@ -25,11 +31,15 @@ import stat
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from prenoise.guards.path_checks import output_problem
+
 __all__ = [
     "PARTIAL_MARK",
+    "OutputTargetError",
     "OutputWriteError",
     "atomic_output",
     "is_partial",
+    "refuse_special_target",
     "sweep_partials",
     "write_atomic",
 ]
@@ -59,6 +69,29 @@ class OutputWriteError(OSError):
 
     def __str__(self) -> str:
         return str(self.strerror)
+
+
+class OutputTargetError(OutputWriteError):
+    """The output path is not a regular file (a device, a named pipe, a directory, a symlink
+    loop): it is never replaced, and nothing was written."""
+
+    def __init__(self, path: Path, problem: str, what: str | None = None) -> None:
+        label = f"{what} {path}" if what else str(path)
+        OSError.__init__(
+            self,
+            errno.EEXIST,
+            f"{label}: {problem}; give the path of a regular file (this one is left as it is)",
+        )
+        self.path = path
+        self.what = what
+
+
+def refuse_special_target(path: Path, what: str | None = None, shown: Path | None = None) -> None:
+    """Raise :class:`OutputTargetError` unless `path` is a regular file or absent (see
+    `prenoise.guards.path_checks.output_problem`); `shown` is the path the caller named."""
+    problem = output_problem(path)
+    if problem is not None:
+        raise OutputTargetError(shown or path, problem, what)
 
 
 def _suffix(target: Path) -> str:
@@ -98,7 +131,9 @@ def atomic_output(
     The temporary file exists (empty, mode 0666 less the umask) when the block starts; a writer
     may replace or truncate it. `what` (an option name, `--json`) starts the error's line.
     """
-    target = Path(path)
+    named = Path(path)
+    refuse_special_target(named, what)  # never rename a file onto a device, FIFO, loop, ...
+    target = named
     if target.is_symlink():  # write where the link points, as writing through it did
         target = Path(os.path.realpath(target))
     try:
@@ -119,6 +154,7 @@ def atomic_output(
         _fsync_path(tmp)
         with contextlib.suppress(OSError):  # a replaced file keeps its permissions
             os.chmod(tmp, stat.S_IMODE(os.stat(target).st_mode))
+        refuse_special_target(target, what, named)  # again: it may have appeared since
         os.replace(tmp, target)
     except BaseException as error:
         with contextlib.suppress(OSError):

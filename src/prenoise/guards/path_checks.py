@@ -4,16 +4,27 @@
 component over 255 bytes (`OSError: ENAMETOOLONG`), far from the option or recipe field that
 gave it; :func:`path_problem` says so up front, naming nothing but the path itself.
 :func:`not_a_file` says what a path that is no regular file is instead ("no such file" for
-`/dev/zero` was wrong: it exists).
+`/dev/zero` was wrong: it exists). :func:`output_problem` says why a path must not be written
+by renaming a file onto it (a device, a named pipe, a socket, a directory, a symlink loop): the
+rename would replace the node itself, and as root `/dev/null` with it.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from pathlib import Path
 
-__all__ = ["NAME_MAX", "PATH_MAX", "check_path", "not_a_file", "path_problem"]
+__all__ = [
+    "NAME_MAX",
+    "PATH_MAX",
+    "check_path",
+    "file_kind",
+    "not_a_file",
+    "output_problem",
+    "path_problem",
+]
 
 NAME_MAX = 255
 """Bytes of one path component (Linux, macOS and Windows file systems alike)."""
@@ -64,5 +75,32 @@ def not_a_file(path: str | os.PathLike[str]) -> str:
         return f"cannot be read ({getattr(exc, 'strerror', None) or exc})"
     if stat.S_ISDIR(mode):
         return "is a directory, not a media file"
-    kind = next((name for test, name in _KINDS if test(mode)), None)
+    kind = file_kind(mode)
     return f"not a regular file ({kind})" if kind else "not a regular file"
+
+
+def file_kind(mode: int) -> str | None:
+    """What a `st_mode` that is no regular file or directory is (`a named pipe`); else None."""
+    return next((name for test, name in _KINDS if test(mode)), None)
+
+
+def output_problem(path: str | os.PathLike[str]) -> str | None:
+    """Why a file must not be renamed onto `path` (symlinks followed), or None when `path` is a
+    regular file or does not exist (a dangling symlink: the file it names is created).
+
+    A device node, a named pipe or a socket would be replaced by a regular file (`rename` swaps
+    the directory entry; as root, `/dev/null` itself), a directory cannot be, and a path whose
+    links loop names nothing that can be written. Other failures to look (a parent that is a
+    file, or cannot be searched) are left to the write, which names them.
+    """
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        return "is a loop of symbolic links, not a file" if exc.errno == errno.ELOOP else None
+    except ValueError:  # a NUL byte: `path_problem` names it
+        return None
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISDIR(mode):
+        return "is a directory, not a file"
+    return f"is {file_kind(mode) or 'a special file'}, not a regular file"

@@ -2,7 +2,8 @@
 
 A value or path that cannot work is a :class:`UsageError`: one line naming the option, exit
 status 2. Output paths are checked up front, so a run never fails to write its result at its end
-(a directory where a file goes, an unwritable parent, an output that is one of the inputs).
+(a directory where a file goes, an unwritable parent, an output that is one of the inputs, a
+device node, named pipe or socket that writing the result would replace, a symlink loop).
 Writability is proven, not inferred: `os.access` says yes to root everywhere, also on `/proc`
 and read-only mounts, so the check also creates (and removes at once) a probe file in the
 directory, or a probe directory in the nearest existing ancestor. A missing parent directory is
@@ -18,7 +19,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from prenoise.guards.path_checks import path_problem
+from prenoise.guards.path_checks import output_problem, path_problem
 
 __all__ = [
     "UsageError",
@@ -36,12 +37,17 @@ class UsageError(ValueError):
 def check_output_file(path: str | os.PathLike[str], option: str) -> Path:
     """`path` as a Path if a file can be written there (missing parents are creatable).
 
-    Raises :class:`UsageError` naming `option` when it is a directory, or when it or its
-    nearest existing parent is not writable.
+    Raises :class:`UsageError` naming `option` when it is a directory, something else that is
+    not a regular file (a device, a named pipe, a socket: the result is renamed onto its path,
+    which would replace it; also through a symlink), a symlink loop, or when it or its nearest
+    existing parent is not writable.
     """
     p = _os_path(path, option)
     if p.is_dir():
         raise UsageError(f"{option} {p}: is a directory; give a file path")
+    problem = output_problem(p)
+    if problem is not None:
+        raise UsageError(f"{option} {p}: {problem}; give the path of a regular file")
     if p.exists():
         if not os.access(p, os.W_OK):
             raise UsageError(f"{option} {p}: not writable")
@@ -140,5 +146,5 @@ def _same_file(a: Path, b: Path) -> bool:
         if a.exists() and b.exists():
             return os.path.samefile(a, b)
         return a.resolve() == b.resolve()
-    except OSError:  # a path that cannot even be resolved is refused by its own check
-        return False
+    except (OSError, RuntimeError):  # a path that cannot be resolved (RuntimeError: a symlink
+        return False  # loop, Python < 3.13) is refused by its own check

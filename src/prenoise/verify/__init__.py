@@ -49,6 +49,7 @@ from prenoise.verify.containers import (
     ByIdentity,
     attributes,
     check_container,
+    expanded_size,
     is_container,
     items_of,
     key_order_matters,
@@ -156,6 +157,8 @@ def _describe(x: Any) -> str:
         return f"{type_name(x)} of {len(x)} items"
     if dataclasses.is_dataclass(x):
         return type_name(x)
+    if type(x) in (str, bytes):  # repr of the head only: a long value is not copied whole
+        return f"{type_name(x)}: {x[:200]!r}"[:200]
     return f"{type_name(x)}: {x!r}"[:200]
 
 
@@ -174,30 +177,84 @@ def _grad_item(path: str, x: torch.Tensor, y: torch.Tensor) -> tuple[Any, ...] |
 
 _LEAVE = object()  # stack marker: the walk leaves a container pair
 
+MAX_FIELDS = 1_000_000
+"""Fields (containers, tensors and plain values: each label once) one comparison visits at most;
+more is refused (exit 2 on the CLI) in bounded time and memory, the report alone would take
+about 0.5 GB. Shared references do not escape it: `x = [x, x]` saved n times is n objects in
+~1.7 KB for any n, but 2^n labels, each of which a report lists."""
 
-def _walk(a: Any, b: Any) -> Iterator[FieldReport]:
-    """Depth-first, no recursion, cycle-checked, at most `MAX_DEPTH` levels deep. At each level,
-    keys missing on one side are reported first (then an `OrderedDict`'s key order), then the
-    shared keys' subtrees in key order (a's keys, then b's extra ones)."""
+_MEMO_MIN_LEN = 256  # str/bytes leaves at least this long: their comparison result is kept
+
+
+def _memo_key(x: Any, y: Any) -> tuple[int, int] | None:
+    """The key under which the report for the pair `(x, y)` is kept (their ids): tensors, and
+    long strings or bytes, whose comparison costs their size; None for everything else (cheap
+    to compare again, or fresh objects each time, such as state read by identity). The memo
+    keeps both objects alive, so an id is never reused under it."""
+    if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor):
+        return (id(x), id(y))
+    if type(x) in (str, bytes) and type(y) is type(x) and len(x) >= _MEMO_MIN_LEN:
+        return (id(x), id(y))
+    return None
+
+
+def _too_many_fields() -> UncomparableError:
+    return UncomparableError(
+        "<root>",
+        f"more than {MAX_FIELDS:,} fields to compare (a shared reference counts once per "
+        "place it appears); compare smaller parts",
+    )
+
+
+def _require_few_fields(a: Any, b: Any) -> None:
+    """Refuse, before walking, two structures that both expand to more than `MAX_FIELDS`
+    labels (counted once per shared object: `containers.expanded_size`)."""
+    if expanded_size(a, MAX_FIELDS) > MAX_FIELDS and expanded_size(b, MAX_FIELDS) > MAX_FIELDS:
+        raise _too_many_fields()
+
+
+def _walk(a: Any, b: Any, memory_budget: int | None = None) -> Iterator[FieldReport]:
+    """Depth-first, no recursion, cycle-checked, at most `MAX_DEPTH` levels deep and
+    `MAX_FIELDS` labels. At each level, keys missing on one side are reported first (then an
+    `OrderedDict`'s key order), then the shared keys' subtrees in key order (a's keys, then b's
+    extra ones).
+
+    A pair of tensors (or of long strings) met again under another label (the same two objects,
+    shared on both sides) is reported as it was the first time, without reading it again: a
+    zero-stride tensor listed many times is copied once, not once per label."""
     stack: list[tuple[Any, ...]] = [("", a, b, 0)]
     active: set[tuple[int, int]] = set()  # (id(a), id(b)) of the containers being walked
     owners = StorageOwners.empty()
+    seen: dict[tuple[int, int], tuple[Any, Any, FieldReport]] = {}  # pair -> (x, y, report)
+    visited = 0
     while stack:
         item = stack.pop()
         if item[0] is _LEAVE:
             active.discard(item[1])
             continue
+        visited += 1
+        if visited > MAX_FIELDS:  # a backstop: `_require_few_fields` counts a lower bound
+            raise _too_many_fields()
         path, x, y, depth = item
         label = path or "<root>"
         _check_supported(x, label)
         _check_supported(y, label)
+        key = _memo_key(x, y)
+        if key is not None and key in seen:
+            first = seen[key][2]
+            yield FieldReport(label, first.equal, list(first.differences), first.a, first.b)
+        elif isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor):
+            report = compare_tensors(label, x, y, owners, memory_budget)
+            seen[(id(x), id(y))] = (x, y, report)
+            yield report
         if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor):
-            yield compare_tensors(label, x, y, owners)
             grads = _grad_item(path, x, y)
             if isinstance(grads, FieldReport):
                 yield grads
             elif grads is not None:
                 stack.append((*grads, depth + 1))
+            continue
+        if key is not None and key in seen:
             continue
         if type(x) is not type(y):
             yield FieldReport(label, False, ["type"], _describe(x), _describe(y))
@@ -205,7 +262,12 @@ def _walk(a: Any, b: Any) -> Iterator[FieldReport]:
         cx, cy = _children(x, path), _children(y, path)
         if cx is None or cy is None:
             equal = x.obj is y.obj if type(x) is ByIdentity else leaf_equal(x, y)
-            yield FieldReport(label, equal, [] if equal else ["values"], _describe(x), _describe(y))
+            report = FieldReport(
+                label, equal, [] if equal else ["values"], _describe(x), _describe(y)
+            )
+            if key is not None:
+                seen[key] = (x, y, report)
+            yield report
             continue
         if depth >= MAX_DEPTH:
             where = f"{label[:60]}…" if len(label) > 80 else label
@@ -256,8 +318,15 @@ def _is_attribute(ident: Any) -> bool:
     return type(ident) is tuple and len(ident) == 2 and ident[0] is _ATTRIBUTE
 
 
-def compare(a: Any, b: Any) -> ComparisonReport:
+def compare(a: Any, b: Any, *, memory_budget: int | None = None) -> ComparisonReport:
     """Compare two nested structures field by field; see the module docstring for what counts.
+
+    Reading a tensor's bits copies it whole where it is not stored contiguously (a zero-stride
+    `expand` stores one element for any shape): those copies are checked against
+    `memory_budget` bytes (None: the memory available now) before each is made, and a pair
+    that does not fit is refused with `BudgetExceededError`. At most `MAX_FIELDS` labels are
+    visited (shared references count once per label); a tensor pair met again under another
+    label is not read again.
 
     Field labels join identifier-like string keys, dataclass field names and sequence indices
     with dots (`"conditions.0.noise"`); any other mapping key is shown as `[repr(key)]`
@@ -267,8 +336,9 @@ def compare(a: Any, b: Any) -> ComparisonReport:
     types that print alike, e.g. members of two enum classes with one name): a report never
     merges two fields.
     """
+    _require_few_fields(a, b)
     fields: dict[str, FieldReport] = {}
-    for report in _walk(a, b):
+    for report in _walk(a, b, memory_budget):
         if report.path in fields:  # e.g. enum keys of two same-named classes
             raise UncomparableError(report.path, "two different fields have the same label")
         fields[report.path] = report

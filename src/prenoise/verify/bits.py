@@ -21,6 +21,7 @@ import torch
 __all__ = [
     "UncomparableError",
     "base_attribute",
+    "copied_nbytes",
     "flat_bytes",
     "grad_of",
     "plain",
@@ -117,6 +118,23 @@ def flat_bytes(t: torch.Tensor) -> torch.Tensor:
     if t.is_complex():
         t = torch.view_as_real(t)
     return t.reshape(-1).view(torch.uint8)
+
+
+def copied_nbytes(t: torch.Tensor) -> int:
+    """Bytes :func:`flat_bytes` allocates to read the plain tensor `t`'s stored parts (see
+    :func:`storage_parts`), summed: nothing for a contiguous CPU part without lazy conjugate or
+    negative bits (it is read in place), else its logical size, `numel * element_size`, once per
+    copy (two at most alive at a time). What a tensor stores can be far less: `expand` of one
+    value has stride 0 and stores one element whatever its shape. Meta tensors hold no data: 0.
+    """
+    if t.is_meta:
+        return 0
+    total = 0
+    for _, part in storage_parts(t):
+        copies = int(part.is_conj()) + int(part.is_neg())
+        copies += int(part.device.type != "cpu" or not part.is_contiguous())
+        total += min(copies, 2) * part.numel() * part.element_size()
+    return total
 
 
 def _digest_update(digest: Any, t: torch.Tensor) -> None:

@@ -35,6 +35,7 @@ __all__ = [
     "ByIdentity",
     "attributes",
     "check_container",
+    "expanded_size",
     "is_container",
     "items_of",
     "key_order_matters",
@@ -131,3 +132,52 @@ def attributes(x: Any, path: str, known: frozenset[str] = frozenset()) -> dict[s
     if isinstance(x, collections.defaultdict):
         found["default_factory"] = ByIdentity(x.default_factory)
     return found
+
+
+def _counted_children(x: Any) -> list[Any]:
+    """The values `compare` walks under container `x`, read leniently for counting (items,
+    and a dataclass's `__dict__`; other attributes are left out: the count is a lower bound)."""
+    t = type(x)
+    if issubclass(t, dict):
+        return list(dict.values(x))
+    if issubclass(t, list):
+        return list(list.__iter__(x))
+    if issubclass(t, tuple):
+        return list(tuple.__iter__(x))
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        try:
+            own = object.__getattribute__(x, "__dict__")
+        except AttributeError:
+            return []
+        return list(own.values()) if isinstance(own, dict) else []
+    return []
+
+
+def expanded_size(x: Any, limit: int) -> int:
+    """How many labels walking `x` gives (every container and value, a shared one once per
+    place it appears), counted up to `limit + 1`: in time linear in the distinct objects, since
+    each shared object's count is computed once (`x = [x, x]` n times: n objects, 2^n labels).
+
+    A lower bound (attributes other than a dataclass's `__dict__` are not counted, a cycle ends
+    the count where it closes: the walk refuses it), so a refusal on it is never wrong."""
+    sizes: dict[int, int] = {}
+    on_path: set[int] = set()
+    pending: list[tuple[Any, bool]] = [(x, False)]
+    while pending:
+        obj, finished = pending.pop()
+        key = id(obj)
+        if finished:
+            on_path.discard(key)
+            total = 1 + sum(sizes.get(id(child), 0) for child in _counted_children(obj))
+            sizes[key] = min(total, limit + 1)
+            if key == id(x) or total > limit:
+                return sizes[key]
+            continue
+        if key in sizes or key in on_path or not is_container(obj):
+            if key not in sizes and key not in on_path:
+                sizes[key] = 1
+            continue
+        on_path.add(key)
+        pending.append((obj, True))
+        pending.extend((child, False) for child in _counted_children(obj))
+    return sizes.get(id(x), 1)

@@ -12,8 +12,10 @@ from typing import Any
 
 import torch
 
+from prenoise.guards.budget import require_fits
 from prenoise.verify.bits import (
     UncomparableError,
+    copied_nbytes,
     flat_bytes,
     grad_of,
     plain,
@@ -51,10 +53,35 @@ def _value_differences(
     return diffs
 
 
+COPY_FIX = "set a larger budget with --memory-budget SIZE (e.g. 16GiB) if the memory is there"
+
+
+def require_copies_fit(path: str, pa: torch.Tensor, pb: torch.Tensor, budget: int | None) -> None:
+    """Refuse (`BudgetExceededError`) two plain tensors whose comparison would copy more than
+    `budget` bytes (None: the memory available now): their logical values, not what they store
+    (a zero-stride `expand` of one value stores 4 bytes and copies to `numel * 4`)."""
+    try:
+        need = copied_nbytes(pa) + copied_nbytes(pb)
+    except (RuntimeError, TypeError, NotImplementedError):
+        return  # layouts whose parts cannot be listed are refused by the comparison itself
+    if need == 0:  # both are read in place: nothing to allocate
+        return
+    stored = "their values are not stored contiguously and"
+    what = f"{path}: comparing tensor{list(pa.shape)} {pa.dtype} ({stored} are copied whole)"
+    require_fits(need, what, budget, COPY_FIX)
+
+
 def compare_tensors(
-    path: str, a: torch.Tensor, b: torch.Tensor, owners: StorageOwners
+    path: str,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    owners: StorageOwners,
+    memory_budget: int | None = None,
 ) -> FieldReport:
-    """One tensor field: type, metadata, requires_grad, stored bits and storage sharing."""
+    """One tensor field: type, metadata, requires_grad, stored bits and storage sharing.
+
+    The copies reading the bits needs are checked against `memory_budget` (None: the memory
+    available now) before any is made (:func:`require_copies_fit`)."""
     pa, pb = plain(a, path), plain(b, path)
     if pa.is_quantized or pb.is_quantized:
         # Their raw bytes are not the values (scale and zero point live outside), and reading
@@ -64,6 +91,7 @@ def compare_tensors(
             "quantized tensors are not supported; compare t.int_repr() and t.q_scale()/"
             "t.q_zero_point() (or t.dequantize()) instead",
         )
+    require_copies_fit(path, pa, pb, memory_budget)
     try:
         ia, ib = TensorInfo.of(a), TensorInfo.of(b)
         diffs = [] if type(a) is type(b) else ["type"]

@@ -6,11 +6,17 @@ one check): a client that sends its body slowly holds a connection, never a slot
 clients cannot keep real ones out of the queue (`uploads.BodyIdleTimeout` bounds how long a body
 may take). A request that arrives while the queue is already full is refused before its body is
 read. Requests still being received are counted on their own (`in_flight`), and their body
-bytes are charged as they stream in (the declared `Content-Length` up front), against every byte
-held for uploads: those still being received plus those saved for jobs not yet finished
-(`JobStore.upload_bytes_held`). Over either bound the request is refused with `Refused`
-(HTTP 429 + `Retry-After`) at once, so a refused upload stops being read and nothing of it
-reaches `.uploads`.
+bytes are charged as they arrive, against every byte held for uploads: those received so far
+plus those saved for jobs not yet finished (`JobStore.upload_bytes_held`). Over either bound
+the request is refused with `Refused` (HTTP 429 + `Retry-After`) at once, so a refused upload
+stops being read and nothing of it reaches `.uploads`.
+
+A declared `Content-Length` holds nothing (issue 42, HIGH 3): it is checked against the space
+free when the request starts (a body that cannot fit is refused before a byte is read) but never
+reserved, so connections that declare the largest body and then trickle a byte now and then hold
+only the bytes they sent; every other request, JSON or upload, is admitted meanwhile. The price
+is that uploads admitted together may exceed the space between them as their bytes arrive:
+whichever crosses the bound first is refused then, mid-body.
 """
 
 from __future__ import annotations
@@ -93,8 +99,11 @@ class Admission:
 
     @contextmanager
     def admit(self, declared_bytes: int | None = None) -> Iterator[Ticket]:
-        """Start receiving a request (or raise `Refused` when the queue is full already); its
-        bytes are given back at exit. The queue slot is taken later, by `take_slot`.
+        """Start receiving a request (or raise `Refused` when the queue is full already, or when
+        `declared_bytes` exceed the upload space free now); the bytes charged to it as they
+        arrive (`Ticket.counting`) are given back at exit. The declaration is not charged: a
+        client that declares a large body and sends it slowly holds only what it sent. The
+        queue slot is taken later, by `take_slot`.
 
         A request that became a job hands its upload bytes over to the job before exiting
         (`Job.upload_bytes`), so they stay counted until its uploads are removed.
@@ -102,10 +111,10 @@ class Admission:
         ticket = Ticket(self)
         with self._lock:
             self._refuse_if_full()
+            if declared_bytes:  # checked, never reserved: only what arrives is charged
+                self._refuse_if_no_room(ticket, declared_bytes)
             self._in_flight += 1
         try:
-            if declared_bytes:
-                ticket.charge_to(declared_bytes)
             yield ticket
         finally:
             with self._lock:
@@ -128,16 +137,23 @@ class Admission:
                 self.retry_after_s,
             )
 
+    def _refuse_if_no_room(self, ticket: Ticket, total: int) -> None:
+        """Raise `Refused` unless `ticket` can hold `total` bytes in all (call under the lock).
+
+        Counted: the bytes that arrived for requests being received and the uploads of jobs
+        not finished; never a declaration."""
+        held = self._held() + self._in_flight_bytes
+        if held - ticket.charged + total > self.max_held_bytes:
+            raise Refused(
+                "max_queued_upload_bytes",
+                f"upload space full: {held} bytes held for queued uploads, this request "
+                f"needs {total} (--max-queued-upload-mb "
+                f"{self.max_held_bytes / 2**20:g}); retry later",
+                self.retry_after_s,
+            )
+
     def _charge(self, ticket: Ticket, total: int) -> None:
         with self._lock:
-            held = self._held() + self._in_flight_bytes
-            if held - ticket.charged + total > self.max_held_bytes:
-                raise Refused(
-                    "max_queued_upload_bytes",
-                    f"upload space full: {held} bytes held for queued uploads, this request "
-                    f"needs {total} (--max-queued-upload-mb "
-                    f"{self.max_held_bytes / 2**20:g}); retry later",
-                    self.retry_after_s,
-                )
+            self._refuse_if_no_room(ticket, total)
             self._in_flight_bytes += total - ticket.charged
             ticket.charged = total

@@ -62,6 +62,7 @@ from prenoise.serve.uploads import (
     BodySizeLimit,
     BodyTooLarge,
     UploadStorageError,
+    read_form,
     save_uploads,
 )
 
@@ -299,9 +300,9 @@ async def _read_body(request: Request, service: Service, folder: Path) -> tuple[
     content_type = request.headers.get("content-type", "").strip().lower()
     if content_type.startswith("multipart/form-data"):
         limits = service.settings.limits
-        async with request.form(
-            max_files=limits.max_references, max_fields=8, max_part_size=1 << 20
-        ) as form:
+        async with read_form(
+            request, max_files=limits.max_references, max_fields=8, max_part_size=1 << 20
+        ) as form:  # a disk refusing the parser's spool files (TMPDIR) is 507 / 503
             unknown = [key for key in form if key not in ("request", "reference")]
             if unknown:
                 raise RequestRejected(unknown[0], "unknown form field")

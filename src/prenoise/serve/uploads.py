@@ -9,6 +9,9 @@ and `BodyTooSlow` when it is not complete `total_s` after the request's headers 
 a byte now and then is never idle), so a stalled or trickling upload is answered (408) and
 released instead of held open. `save_uploads` copies
 uploaded files into a job's private folder under server-chosen names (`paths.safe_upload_name`).
+`read_form` parses a multipart body: Starlette's parser spools each file part over 1 MiB to the
+system's temporary directory, and a disk error there is refused like the upload folder's
+(`UploadStorageError`: 507 full, 503 read-only), not an internal error.
 """
 
 from __future__ import annotations
@@ -18,11 +21,14 @@ import math
 import os
 import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import BinaryIO
 
 from anyio import fail_after
+from starlette.datastructures import FormData
+from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from prenoise.serve.paths import safe_upload_name
@@ -34,6 +40,7 @@ __all__ = [
     "BodyTooLarge",
     "BodyTooSlow",
     "UploadStorageError",
+    "read_form",
     "save_uploads",
 ]
 
@@ -170,6 +177,32 @@ class UploadStorageError(Exception):
         if error.errno in cls.UNWRITABLE:
             return cls(503, f"reference: the service cannot store uploads now ({reason})")
         return None
+
+
+@asynccontextmanager
+async def read_form(
+    request: Request, *, max_files: int, max_fields: int, max_part_size: int
+) -> AsyncIterator[FormData]:
+    """`request.form(...)` (closed at exit), a disk that refuses the parser's spool files mapped
+    to `UploadStorageError` (507 full, 503 read-only or failing; one line) like `save_uploads`.
+
+    Starlette keeps a file part in memory up to 1 MiB, then rolls it over to a temporary file in
+    TMPDIR (`tempfile.SpooledTemporaryFile`): creating or writing that file can fail with the
+    disk's errors while the body is parsed, before any of it reaches the upload folder. Any other
+    `OSError` is raised as it is (a bug: 500)."""
+    try:
+        form = await request.form(
+            max_files=max_files, max_fields=max_fields, max_part_size=max_part_size
+        )
+    except OSError as error:
+        refusal = UploadStorageError.of(error)
+        if refusal is None:
+            raise
+        raise refusal from error
+    try:
+        yield form
+    finally:
+        await form.close()
 
 
 def save_uploads(folder: Path, files: Sequence[tuple[str | None, BinaryIO]]) -> list[Path]:

@@ -228,9 +228,13 @@ $(AARCH64_DUMP): $(CSRC)/stream_dump.c $(CSRC)/noise_kernel.c $(CSRC)/mt19937.c 
 		$(CSRC)/stream_dump.c $(CSRC)/mt19937.c $(CSRC)/box_muller_portable.c -lm
 
 # Prints the sha256 `prenoise stream-digest --stream S --seed N --count N --dtype D` prints.
+# DTYPE: what stream_dump.c draws (float32, bfloat16, float64); anything else is refused in one
+# line (exit 2) before any draw, and a failed dump (a bad STREAM, SEED or COUNT) exits non-zero.
 aarch64-stream-digest: aarch64-tools $(AARCH64_DUMP)
-	@QEMU_CPU=$(QEMU_CPU) qemu-aarch64-static $(AARCH64_DUMP) $(STREAM) $(SEED) $(COUNT) \
-		$(DTYPE) | sha256sum | cut -d' ' -f1
+	@case "$(DTYPE)" in float32|bfloat16|float64) ;; *) echo "make aarch64-stream-digest:" \
+		"DTYPE=$(DTYPE) is not supported (float32, bfloat16 or float64)" >&2; exit 2;; esac
+	@QEMU_CPU=$(QEMU_CPU) bash -o pipefail -c 'qemu-aarch64-static $(AARCH64_DUMP) $(STREAM) \
+		$(SEED) $(COUNT) $(DTYPE) | sha256sum | cut -d" " -f1'
 
 # SGLang 0.5.23's diffusion runtime (`sglang.multimodal_gen`, MiniMax-H3) for tests/sglang_plugin.
 # sglang pins torch==2.14.1 and imports torchvision, so torch 2.13.0+cpu cannot run it; the torch

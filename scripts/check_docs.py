@@ -15,14 +15,21 @@ What it checks:
    folder (`PRIVATE_NOTES`): it is not part of the project.
 4. Generated blocks are current: docs/recipes.md's key reference is what
    `prenoise.ref2va.recipe_docs.recipe_reference()` writes from the recipe model now.
+5. Python snippets run: every ```python fence of those files runs, as written, in a fresh
+   interpreter (this one, in an empty temporary directory) and exits 0, unless its first line
+   is a comment saying what it needs that the docs cannot give (`# needs a checkpoint: …`, e.g.
+   a loaded diffusers pipeline). So a snippet defines (or stands in for) everything it uses.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shlex
+import subprocess
 import sys
+import tempfile
 import unicodedata
 from collections.abc import Callable, Iterator, Mapping
 from functools import cache
@@ -54,11 +61,17 @@ PYTEST_VALUE_OPTIONS = {
     "--color", "--dist", "--junit-prefix", "--log-file", "--cache-show",
 }  # fmt: skip
 PYTHON_VALUE_OPTIONS = {"-X", "-W", "-Q"}
+SNIPPET_LANGS = {"python", "py"}
+NEEDS_CHECKPOINT = re.compile(r"#\s*needs a checkpoint\b")
+"""A Python snippet's first line that marks it as not runnable from the docs alone."""
+SNIPPET_TIMEOUT_S = 300
 TORCHRUN_BOOL_OPTIONS = {"--standalone", "--no-python", "--no_python", "--run-path", "--run_path"}
 
 Problems = list[str]
 Cli = Mapping[str, frozenset[str]]
 """prenoise subcommand -> its option strings."""
+SnippetRunner = Callable[[str], "str | None"]
+"""Runs a Python snippet; what is wrong with it, or None."""
 
 
 def markdown_files(root: Path) -> list[Path]:
@@ -554,6 +567,41 @@ def check_generated(root: Path, generated: Mapping[str, tuple[str, str, str]]) -
     return problems
 
 
+# --- Python snippets ------------------------------------------------------------------------
+
+
+def needs_checkpoint(code: str) -> bool:
+    """Whether the snippet's first non-blank line marks it `# needs a checkpoint: …`."""
+    first = next((line.strip() for line in code.splitlines() if line.strip()), "")
+    return bool(NEEDS_CHECKPOINT.match(first))
+
+
+def run_snippet(code: str) -> str | None:
+    """Run `code` in a fresh interpreter in an empty directory; what is wrong, or None."""
+    env = {**os.environ, "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")}
+    with tempfile.TemporaryDirectory(prefix="check_docs-") as tmp:
+        try:
+            done = subprocess.run(
+                [sys.executable, "-c", code],
+                cwd=tmp,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=SNIPPET_TIMEOUT_S,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            return f"the python snippet ran past {SNIPPET_TIMEOUT_S} s"
+    if done.returncode == 0:
+        return None
+    lines = done.stderr.strip().splitlines()
+    last = lines[-1] if lines else f"exit status {done.returncode}"
+    return (
+        f"the python snippet fails ({last}): define or stand in for what it uses, or mark it "
+        "with a first line `# needs a checkpoint: …`"
+    )
+
+
 # --- all together ---------------------------------------------------------------------------
 
 
@@ -561,6 +609,7 @@ def check(
     root: Path,
     cli: Callable[[], Cli] = real_cli,
     generated: Callable[[], Mapping[str, tuple[str, str, str]]] = real_generated,
+    snippets: SnippetRunner = run_snippet,
 ) -> Problems:
     """Every problem found under `root`, as `FILE:LINE: what is wrong` lines."""
     root = root.resolve()
@@ -578,6 +627,10 @@ def check(
             if token.type != "fence" or not token.map:
                 continue
             lang = token.info.split()[0].lower() if token.info.split() else ""
+            if lang in SNIPPET_LANGS and not needs_checkpoint(token.content):
+                problem = snippets(token.content)
+                if problem:
+                    problems.append(f"{rel}:{token.map[0] + 1}: {problem}")
             if lang not in SHELL_LANGS:
                 continue
             for offset, problem in commands.check_block(token.content, lang == "console"):

@@ -154,7 +154,10 @@ def check_python() -> Any:
             import torch
     except Exception as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise Refusal(f"no torch: {sys.executable} cannot import torch ({first})") from None
+        raise Refusal(
+            f"no torch: {sys.executable} cannot import torch ({first}); set PYTHON to a "
+            "Python with torch"
+        ) from None
     missing = [pip for module, pip in BASE_DEPS.items() if not _importable(module)]
     if missing:
         raise Refusal(

@@ -4,6 +4,9 @@
 #   scripts/gpu_check.sh OUTDIR          # from the repository root; OUTDIR absent or empty
 #   PYTHON=/opt/py/bin/python scripts/gpu_check.sh OUTDIR
 #
+# Python: PYTHON when set, else python3 when it imports torch, else the checkout's
+# .venv/bin/python when present (said on stderr); without any, "no torch" naming PYTHON (exit 2).
+#
 # It installs prenoise (C kernel included) into a throwaway directory with the machine's own
 # Python and torch, without the network and without touching that Python's environment, then
 # runs the exact-mix check, `prenoise verify` on two recipes and `prenoise bench`, each under its
@@ -24,12 +27,24 @@ if [ "$#" -ne 1 ] || [ -z "$1" ]; then
     refuse "usage: scripts/gpu_check.sh OUTDIR (OUTDIR must not exist or be empty)"
 fi
 
-# The machine's own Python with its CUDA torch: PYTHON overrides python3.
-python="${PYTHON:-python3}"
+# The driver sits next to this script, wherever it is called from.
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+
+# The machine's own Python with its CUDA torch: PYTHON when set; else python3 when it imports
+# torch; else this checkout's .venv/bin/python (`make setup`) when present, said in one line.
+venv_python="$here/../.venv/bin/python"
+if [ -n "${PYTHON:-}" ]; then
+    python="$PYTHON"
+elif command -v python3 >/dev/null 2>&1 && python3 -c "import torch" >/dev/null 2>&1; then
+    python=python3
+elif [ -x "$venv_python" ]; then
+    python="$(cd "$here/.." && pwd)/.venv/bin/python"
+    echo "gpu_check.sh: python3 has no torch: using $python (set PYTHON to choose another)" >&2
+else
+    python=python3  # refused below or by the driver: "no torch", naming PYTHON
+fi
 if ! command -v "$python" >/dev/null 2>&1; then
     refuse "no python: '$python' not found (set PYTHON to a python with torch)"
 fi
 
-# The driver sits next to this script, wherever it is called from.
-here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 exec "$python" "$here/gpu_check.py" "$1"

@@ -1,5 +1,5 @@
-"""MiniMax-H3 modular (diffusers 0.42.1) with prenoise enabled: every output bit, the caller's
-generator and the global RNG as the plain call leaves them, all three workflows.
+"""MiniMax-H3 modular (diffusers 0.40.0-0.42.1) with prenoise enabled: every output bit, the
+caller's generator and the global RNG as the plain call leaves them, all three workflows.
 
 Each test runs both arms in this process on one tiny pipeline (`tiny_minimax_h3.py`): the plain
 call (the pipeline's own `__call__`), then the same call enabled, from generators in the same
@@ -18,7 +18,7 @@ import torch
 
 pytest.importorskip(
     "diffusers.modular_pipelines.minimax_h3",
-    reason="diffusers' modular MiniMax-H3 first shipped in 0.42.1",
+    reason="diffusers' modular MiniMax-H3 is in 0.40.0 and later (its plan: 0.40.0-0.42.1)",
 )
 
 import tiny_minimax_h3 as tiny

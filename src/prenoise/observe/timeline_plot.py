@@ -4,11 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from prenoise.guards.atomic import write_atomic
 from prenoise.observe.tracing import Category, Span
 
-__all__ = ["CAPTION", "CATEGORY_COLORS", "plot_timelines"]
+if TYPE_CHECKING:  # matplotlib is the `bench` extra's
+    from matplotlib.figure import Figure
+
+__all__ = ["CAPTION", "CATEGORY_COLORS", "plot_timelines", "timeline_figure"]
 
 CATEGORY_COLORS = {
     Category.ENCODE: "#4c72b0",
@@ -32,6 +36,13 @@ CAPTION = (
 )
 
 
+TITLE_IN = 0.35
+"""Inches at the top of the figure for the title's row; the legend's row is under it."""
+LEGEND_IN = 0.35
+"""Inches for the legend's row, between the title and the first panel (neither covers the
+other, whatever the title's length)."""
+
+
 def plot_timelines(
     arms: Mapping[str, Sequence[Span]], path: Path, *, title: str = "", caption: str = CAPTION
 ) -> Path:
@@ -40,6 +51,21 @@ def plot_timelines(
     REQUEST spans are drawn as a thin outline behind the request thread's lane; `caption` is
     printed under the panels so the PNG explains itself. Writes a PNG.
     """
+    import matplotlib.pyplot as plt
+
+    fig = timeline_figure(arms, title=title, caption=caption)
+    try:
+        write_atomic(path, lambda tmp: fig.savefig(tmp, dpi=110, format="png"))
+    finally:
+        plt.close(fig)
+    return path
+
+
+def timeline_figure(
+    arms: Mapping[str, Sequence[Span]], *, title: str = "", caption: str = CAPTION
+) -> Figure:
+    """The figure `plot_timelines` writes: the title on the top row, the legend on the row
+    under it, then one panel per arm and the caption. The caller closes it."""
     import textwrap
 
     import matplotlib
@@ -91,16 +117,22 @@ def plot_timelines(
         ax.set_title(arm, loc="left", fontsize=10)
         ax.grid(axis="x", alpha=0.3)
     axes[-1, 0].set_xlabel("seconds since request start")
+    height = fig.get_figheight()
+    title_top = 1 - 0.05 / height
+    legend_top = 1 - TITLE_IN / height  # the legend's row starts under the title's
     handles = [Patch(color=c, label=k) for k, c in CATEGORY_COLORS.items()]
-    fig.legend(handles=handles, loc="upper right", ncols=len(handles), fontsize=8)
+    fig.legend(
+        handles=handles,
+        loc="upper right",
+        bbox_to_anchor=(0.99, legend_top),
+        ncols=len(handles),
+        fontsize=8,
+        frameon=False,
+    )
     if title:
-        fig.suptitle(title, x=0.01, ha="left", fontsize=11)
-    bottom = caption_in / fig.get_figheight()
+        fig.suptitle(title, x=0.01, y=title_top, ha="left", va="top", fontsize=11)
+    bottom = caption_in / height
     if caption_lines:
         fig.text(0.01, 0.01, "\n".join(caption_lines), ha="left", va="bottom", fontsize=8)
-    fig.tight_layout(rect=(0, bottom + 0.01, 1, 0.93))
-    try:
-        write_atomic(path, lambda tmp: fig.savefig(tmp, dpi=110, format="png"))
-    finally:
-        plt.close(fig)
-    return path
+    fig.tight_layout(rect=(0, bottom + 0.01, 1, 1 - (TITLE_IN + LEGEND_IN) / height))
+    return fig

@@ -13,7 +13,7 @@ from prenoise.guards.usage import (
     missing_directory,
 )
 from prenoise.ref2va.catalog import resolve_recipe
-from prenoise.ref2va.config import Recipe, load_recipe, recipe_from_dict
+from prenoise.ref2va.config import Recipe, RecipeError, load_recipe, recipe_from_dict
 from prenoise.ref2va.limits import add_limit_arguments, limit_overrides
 
 if TYPE_CHECKING:  # the models need the `ref2va` extra; `--help` must not
@@ -112,8 +112,10 @@ def add_request_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def recipe_from_args(args: argparse.Namespace) -> Recipe:
-    """Load the recipe and apply the overrides; validation errors name the key and file."""
-    overrides: dict[str, Any] = {}
+    """Load the recipe and apply the overrides. A validation error names the key and the file,
+    or, where an option's value is what fails (`--device cuda` on a host without CUDA, `--seed
+    -1`), that option and its value instead (`RecipeError`: one line, exit status 2)."""
+    groups: list[tuple[str, dict[str, Any]]] = []  # (the option as given, the keys it sets)
     for key in (
         "prompt",
         "seed",
@@ -126,20 +128,50 @@ def recipe_from_args(args: argparse.Namespace) -> Recipe:
     ):
         value = getattr(args, key, None)
         if value is not None:
-            overrides[key] = value
+            option = "--" + key.replace("_", "-")
+            groups.append((option if key == "prompt" else f"{option} {value}", {key: value}))
     if args.checkpoint is not None:
-        overrides["checkpoint"] = args.checkpoint
+        groups.append((f"--checkpoint {args.checkpoint}", {"checkpoint": args.checkpoint}))
     if args.duration is not None:
-        overrides.update(duration=args.duration, frames=None)
+        groups.append((f"--duration {args.duration}", {"duration": args.duration, "frames": None}))
     if args.frames is not None:
-        overrides.update(frames=args.frames, duration=None)
+        groups.append((f"--frames {args.frames}", {"frames": args.frames, "duration": None}))
     if args.width is not None or args.height is not None:
-        overrides.update(width=args.width, height=args.height, short_edge=None)
-    if args.reference:
+        given = [f"--{k} {getattr(args, k)}" for k in ("width", "height") if getattr(args, k)]
+        size = {"width": args.width, "height": args.height, "short_edge": None}
+        groups.append((" ".join(given) or "--width/--height", size))
+    overrides = {key: value for _, values in groups for key, value in values.items()}
+    if args.reference:  # an error in one names its index in `references` and the file
         overrides["references"] = [
             {"kind": reference_kind(p), "path": str(p)} for p in args.reference
         ]
-    return with_limit_overrides(load_recipe(args.recipe, **overrides), args)
+    try:
+        recipe = load_recipe(args.recipe, **overrides)
+    except RecipeError as error:
+        raise _blame_option(args.recipe, groups, overrides, error) from None
+    return with_limit_overrides(recipe, args)
+
+
+def _blame_option(
+    path: str | Path,
+    groups: list[tuple[str, dict[str, Any]]],
+    overrides: dict[str, Any],
+    error: RecipeError,
+) -> RecipeError:
+    """`error` (the recipe with every override applied failed) as the option that caused it:
+    the first option of `groups` without which the recipe loads or fails otherwise; the file's
+    own error when no option changes it. `overrides`: every override applied."""
+    prefix = f"{Path(path)}: "
+    message = str(error).removeprefix(prefix)
+    for option, values in groups:
+        rest = {key: value for key, value in overrides.items() if key not in values}
+        try:
+            load_recipe(path, **rest)
+        except RecipeError as other:
+            if str(other).removeprefix(prefix) == message:
+                continue  # fails the same way without this option: not its fault
+        return RecipeError(f"{option}: {message}")
+    return error
 
 
 def with_limit_overrides(recipe: Recipe, args: argparse.Namespace) -> Recipe:

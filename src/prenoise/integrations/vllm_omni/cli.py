@@ -293,7 +293,9 @@ def _print_report(
 ) -> None:
     """The noise fields and any difference as a table, then the verdict and its reasons."""
     table = Table(title=title(f"MiniMax-H3 (vllm-omni): {heading}"))
-    for column in ("field", "equal", "shape", "drawn on (plugin on)"):
+    # the second arm's label: upstream's own overlap runs with the plugin off
+    second = "upstream overlapped" if result.upstream_overlap else "plugin on"
+    for column in ("field", "equal", "shape", f"drawn on ({second})"):
         table.add_column(column)
     fields = report["fields"]
     assert isinstance(fields, dict)

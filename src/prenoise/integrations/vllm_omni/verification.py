@@ -193,8 +193,13 @@ class VerifyResult:
     @property
     def uncompared(self) -> list[str]:
         """Values either arm returned that the comparison could not cover (`arm: path: why`)."""
-        return [f"plugin_off: {u}" for u in self.off.uncompared] + [
-            f"plugin_on: {u}" for u in self.on.uncompared
+        off, on = (
+            ("upstream_serial", "upstream_overlapped")
+            if self.upstream_overlap  # plugin off in both arms
+            else ("plugin_off", "plugin_on")
+        )
+        return [f"{off}: {u}" for u in self.off.uncompared] + [
+            f"{on}: {u}" for u in self.on.uncompared
         ]
 
     @property

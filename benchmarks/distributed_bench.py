@@ -87,9 +87,9 @@ def tolerance_rank(recipe: str, steps: int) -> float:
     torch.set_num_threads(1)
     parsed = load_recipe(recipe, steps=steps)
     ctx = init_distributed(600.0)
+    request = broadcast_request(ctx, parsed if ctx.rank == 0 else None)
     models = Ref2VAModels.default(parsed.model)
     runner = DistributedRef2VA(ctx, models, ParallelConfig(timeout_s=600.0))
-    request = broadcast_request(ctx, parsed if ctx.rank == 0 else None, models)
     return denoise_max_error(runner, request)
 
 

@@ -16,6 +16,7 @@ from prenoise.ref2va.bench import BenchConfig, run_bench
 from prenoise.ref2va.cli_options import load_models
 from prenoise.ref2va.config import load_recipe
 from prenoise.ref2va.pipeline import Ref2VAPipeline
+from prenoise.ref2va.request_plan import plan_request
 
 ROOT = Path(__file__).resolve().parent
 SEED_RECIPE = ROOT.parent / "recipes" / "ref2va-15s-1344x768.yaml"
@@ -37,7 +38,8 @@ def main() -> None:
             "synthetic": {"seconds": seconds, "width": 1344, "height": 768},
         }
         recipe = load_recipe(SEED_RECIPE, duration=seconds, references=[reference])
-        result = run_bench(pipeline, recipe, BenchConfig(pairs=args.pairs, warmup=2))
+        plan = plan_request(recipe)
+        result = run_bench(pipeline, plan, BenchConfig(pairs=args.pairs, warmup=2))
         s = result.summary
         row = {"seconds": seconds, "frames": s["request"]["frames"]}
         for arm in ("serial", "overlapped"):

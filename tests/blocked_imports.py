@@ -13,6 +13,8 @@ import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from waits import READY_CEILING_S
+
 #: Every third-party module an extra of pyproject.toml provides (and test-only ones): what the
 #: base install (`pip install prenoise`: torch, numpy, pydantic, pyyaml, rich) lacks.
 OPTIONAL_MODULES = (
@@ -56,7 +58,6 @@ def run_python(
     scratch: Path,
     *,
     env: dict[str, str] | None = None,
-    timeout: float = 120,
 ) -> subprocess.CompletedProcess[str]:
     """`python ARGS` (from the repository root) with `blocked` modules unimportable."""
     scratch.mkdir(parents=True, exist_ok=True)
@@ -71,6 +72,6 @@ def run_python(
         env=full_env,
         capture_output=True,
         text=True,
-        timeout=timeout,
+        timeout=READY_CEILING_S,
         check=False,
     )

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from prenoise.noise.streams import load_goldens, stream_digest
+from waits import READY_CEILING_S
 
 ROOT = Path(__file__).resolve().parents[1]
 DUMP = ROOT / "build" / "aarch64" / "stream_dump"
@@ -47,7 +48,7 @@ def _emulated_digest(dump: Path, cpu: str, stream: str, case: dict[str, Any]) ->
         env={**os.environ, "QEMU_CPU": cpu},
         capture_output=True,
         check=True,
-        timeout=120,
+        timeout=READY_CEILING_S,
     ).stdout
     return hashlib.sha256(out).hexdigest()
 

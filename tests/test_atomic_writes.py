@@ -27,6 +27,7 @@ from prenoise.guards.atomic import (
     sweep_partials,
     write_atomic,
 )
+from waits import READY_CEILING_S
 
 PREVIOUS = '{"previous": "report"}\n'
 
@@ -48,7 +49,7 @@ def test_compare_json_on_a_refusing_disk_keeps_the_previous_report(tmp_path: Pat
         cwd=tmp_path,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=READY_CEILING_S,
         preexec_fn=_limit_file_size,
         env={**os.environ, "COLUMNS": "400"},
     )

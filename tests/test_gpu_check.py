@@ -20,6 +20,8 @@ from types import ModuleType
 import pytest
 import torch
 
+from waits import READY_CEILING_S
+
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "gpu_check.sh"
 MIX_CHECK = REPO / "scripts" / "gpu_mix_check.py"
@@ -32,9 +34,7 @@ needs_no_gpu = pytest.mark.skipif(
 )
 
 
-def run_script(
-    *args: str | Path, timeout: float = 60, **env: str
-) -> subprocess.CompletedProcess[str]:
+def run_script(*args: str | Path, **env: str) -> subprocess.CompletedProcess[str]:
     environ = {**os.environ, "PYTHON": PYTHON, **env}
     for name in ("PRENOISE_GPU_CHECK_DEVICE", "PRENOISE_GPU_CHECK_TINY"):
         if name not in env:
@@ -45,7 +45,7 @@ def run_script(
         env=environ,
         capture_output=True,
         text=True,
-        timeout=timeout,
+        timeout=READY_CEILING_S,
         check=False,
     )
 
@@ -242,7 +242,6 @@ def test_every_step_runs_on_the_cpu_end_to_end(tmp_path: Path) -> None:
     scratch_parent.mkdir()
     done = run_script(
         out,
-        timeout=300,
         PRENOISE_GPU_CHECK_DEVICE="cpu",
         PRENOISE_GPU_CHECK_TINY="1",
         TMPDIR=str(scratch_parent),

@@ -24,6 +24,7 @@ from prenoise.cli.commands import main
 from prenoise.guards import extras
 from prenoise.guards.extras import install_command
 from source_tree import copy_package_source
+from waits import READY_CEILING_S
 
 # -- (1) the base install ------------------------------------------------------------------------
 
@@ -324,7 +325,7 @@ def test_a_build_without_a_c_compiler_installs_without_the_kernel(tmp_path: Path
         env={**_env_without_pythonpath(), "CC": "/bin/false"},
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=READY_CEILING_S,
         check=False,
     )
     assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
@@ -338,7 +339,7 @@ def test_a_build_without_a_c_compiler_installs_without_the_kernel(tmp_path: Path
         [*pip, "install", "--no-deps", "--no-index", "--target", str(target), str(wheel)],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=READY_CEILING_S,
         check=False,
     )
     assert install.returncode == 0, install.stdout + install.stderr
@@ -348,7 +349,7 @@ def test_a_build_without_a_c_compiler_installs_without_the_kernel(tmp_path: Path
         env={**_env_without_pythonpath(), "PYTHONPATH": str(target), "COLUMNS": "200"},
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=READY_CEILING_S,
         check=False,
     )
     stdout = _check_no_kernel_output(proc)

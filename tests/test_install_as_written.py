@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from prenoise.guards.extras import install_command, install_command_from
+from waits import READY_CEILING_S
 
 REPO = Path(__file__).resolve().parents[1]
 PY = "/env/bin/python"
@@ -32,7 +33,7 @@ def _dry_run(command: list[str]) -> str:
         [*command[:at], *extra, *command[at:]],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=READY_CEILING_S,
         check=False,
         env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
     )

@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 
 from kernel_spy import kernel_calls
 from prenoise.noise import kernel
+from waits import READY_CEILING_S
 
 SIZES = [16, 17, 31, 32, 33, 47, 1000, 4099, 100003]
 
@@ -330,7 +331,11 @@ def test_scalar_backend_matches_torch_default_capability() -> None:
     env = dict(os.environ, ATEN_CPU_CAPABILITY="default")
     env.pop(kernel.ENV_VAR, None)
     done = subprocess.run(
-        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", script],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=READY_CEILING_S,
     )
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
 

@@ -84,7 +84,7 @@ def test_the_demo_commands_need_nothing_but_the_ref2va_extra(tmp_path: Path) -> 
         ["generate", "--recipe", str(TINY), "--out", str(out)],
         ["verify", "--recipe", str(TINY), "--pairs", "1", "--json", str(report)],
     ):
-        proc = run_python(["-m", "prenoise", *argv], DEV_ONLY, tmp_path / "site", timeout=300)
+        proc = run_python(["-m", "prenoise", *argv], DEV_ONLY, tmp_path / "site")
         assert proc.returncode == 0, proc.stdout + proc.stderr
     assert out.stat().st_size > 0
     text = proc.stdout

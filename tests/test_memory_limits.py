@@ -20,6 +20,7 @@ from fake_cgroup import MIB, fake_cgroup_v2
 from prenoise.cli.commands import main
 from prenoise.guards import budget
 from prenoise.guards.budget import BudgetExceededError, MemoryLimit, require_fits
+from waits import READY_CEILING_S
 
 TINY = Path(__file__).parent / "ref2va" / "tiny-recipe.yaml"
 
@@ -112,7 +113,7 @@ def test_compare_under_ulimit_v_names_the_address_space_limit(tmp_path: Path) ->
         cwd=tmp_path,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=READY_CEILING_S,
         env={**os.environ, "COLUMNS": "500"},
     )
     out = run.stdout.strip()

@@ -31,6 +31,7 @@ from prenoise.preparation.draws import (
     run_plan,
     run_stream,
 )
+from waits import READY_CEILING_S
 
 LOCAL_X86 = torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")
 needs_x86_torch = pytest.mark.skipif(not LOCAL_X86, reason="local torch does not draw x86 here")
@@ -140,7 +141,11 @@ _LIBM_SCRIPT = textwrap.dedent(
 def test_libm_stream_equals_torch_default_capability_in_a_subprocess() -> None:
     env = dict(os.environ, ATEN_CPU_CAPABILITY="default")
     out = subprocess.run(
-        [sys.executable, "-c", _LIBM_SCRIPT], env=env, capture_output=True, text=True, timeout=300
+        [sys.executable, "-c", _LIBM_SCRIPT],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=READY_CEILING_S,
     )
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout.strip().splitlines()[-1])

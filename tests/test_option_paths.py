@@ -15,6 +15,7 @@ A table names, per path, what each key does; a key added without a decision fail
 from __future__ import annotations
 
 import argparse
+import pickle
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ from prenoise.ref2va.config import ParallelConfig, Recipe, load_recipe, recipe_f
 from prenoise.ref2va.limits import limit_overrides
 from prenoise.ref2va.models import Ref2VAModels
 from prenoise.ref2va.pipeline import Ref2VAPipeline
+from prenoise.ref2va.request_plan import plan_request
 from prenoise.ref2va.verification import prepared_fields
 from prenoise.serve.schema import VideoRequest, _overrides, parse_request
 from prenoise.verify import compare, nest_dotted
@@ -162,10 +164,9 @@ def test_torchrun_broadcast_keeps_every_key(
 ) -> None:
     monkeypatch.chdir(tmp_path)
     recipe = _every_key_changed()
-    models = Ref2VAModels.default(recipe.model)
-    resolved = resolve_request(recipe, models)
-    assert resolved.recipe() == recipe
-    assert resolved.seeds == (2**64 - 2, 2**64 - 1)
+    resolved = pickle.loads(pickle.dumps(resolve_request(recipe)))  # as the broadcast sends it
+    assert resolved.plan.recipe == recipe
+    assert tuple(draws.seed for draws in resolved.plan.outputs) == (2**64 - 2, 2**64 - 1)
 
 
 VARIANTS: dict[str, dict[str, Any]] = {
@@ -186,11 +187,11 @@ def test_distributed_preparation_equals_single_process(
     data = {**load_recipe(TINY).model_dump(mode="json"), **VARIANTS[variant]}
     recipe = recipe_from_dict(data, "test")
     models = Ref2VAModels.default(recipe.model)
-    single, _ = Ref2VAPipeline(models).prepare_outputs(recipe, "serial", keep_noise=True)
-    runner = DistributedRef2VA(OneRankContext(), models, ParallelConfig(timeout_s=30.0))
-    prepared = runner.prepare(
-        resolve_request(recipe, models), keep_noise=True, host_shared=host_shared
+    single, _ = Ref2VAPipeline(models).prepare_outputs(
+        plan_request(recipe), "serial", keep_noise=True
     )
+    runner = DistributedRef2VA(OneRankContext(), models, ParallelConfig(timeout_s=30.0))
+    prepared = runner.prepare(resolve_request(recipe), keep_noise=True, host_shared=host_shared)
     report = compare(
         nest_dotted(prepared_fields(single)), nest_dotted(prepared_fields(prepared.outputs))
     )

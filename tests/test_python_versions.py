@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from waits import READY_CEILING_S
+
 REPO = Path(__file__).resolve().parents[1]
 OTHER_PYTHONS = ("3.10", "3.12", "3.13")
 COMPILE_ALL = """
@@ -58,7 +60,10 @@ def python(request: pytest.FixtureRequest) -> str:
 def test_every_source_compiles(python: str) -> None:
     roots = [str(REPO / d) for d in ("src/prenoise", "tests", "scripts", "benchmarks")]
     done = subprocess.run(
-        [python, "-c", COMPILE_ALL, *roots], capture_output=True, text=True, timeout=300
+        [python, "-c", COMPILE_ALL, *roots],
+        capture_output=True,
+        text=True,
+        timeout=READY_CEILING_S,
     )
     assert done.returncode == 0, done.stderr
     count, _, failures = done.stdout.partition("\n")
@@ -89,6 +94,6 @@ def test_the_c_kernel_compiles_against_its_headers(python: str) -> None:
         ],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=READY_CEILING_S,
     )
     assert done.returncode == 0, done.stderr

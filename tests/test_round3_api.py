@@ -16,6 +16,7 @@ from prenoise import Draw, PreparationExecutor, run_draw
 from prenoise.preparation.executor import PreparationStateError
 from prenoise.ref2va.limits import Limits
 from prenoise.ref2va.media import MediaError, read_audio, synthetic_tone, write_wav
+from waits import READY_CEILING_S, before, deadline
 
 TAKES = "run_draw takes a Draw and a torch.Generator"
 
@@ -69,7 +70,7 @@ def test_take_in_a_forked_child_is_refused_not_a_hang() -> None:
             finally:
                 os._exit(0)
         os.close(write)
-        status = _wait_or_kill(pid, 10.0)  # before: the child's take blocked for ever
+        status = _wait_or_kill(pid)  # before: the child's take blocked for ever
         said = os.read(read, 4096).decode()
         os.close(read)
         release.set()
@@ -81,17 +82,18 @@ def test_take_in_a_forked_child_is_refused_not_a_hang() -> None:
     )
 
 
-def _wait_or_kill(pid: int, timeout_s: float) -> int:
-    """The child's wait status; a child still running after `timeout_s` is killed (a hang)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+def _wait_or_kill(pid: int) -> int:
+    """The child's wait status, as soon as it exits; a child still running at the tests' wait
+    ceiling is killed (a hang)."""
+    at = deadline()
+    while before(at):
         done, status = os.waitpid(pid, os.WNOHANG)
         if done:
             return status
         time.sleep(0.02)
     os.kill(pid, signal.SIGKILL)
     os.waitpid(pid, 0)
-    pytest.fail(f"take() in the forked child {pid} hung for {timeout_s} s")
+    pytest.fail(f"take() in the forked child {pid} hung for {READY_CEILING_S} s")
 
 
 def test_the_audio_cap_is_named_in_seconds(tmp_path: Path) -> None:

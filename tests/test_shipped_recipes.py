@@ -19,6 +19,7 @@ from cli_refusals import refused
 from prenoise.cli.commands import main
 from prenoise.ref2va.catalog import RECIPES_DIR, describe, resolve_recipe, shipped
 from source_tree import REPO, copy_package_source
+from waits import READY_CEILING_S
 
 NAMES = ["ref2va-15s-1344x768", "ref2va-demo", "ref2va-image-1344x768"]
 
@@ -80,7 +81,7 @@ def test_the_wheel_carries_the_recipes(tmp_path: Path) -> None:
         [sys.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-q",
          str(source), "-w", str(tmp_path)],
         env={**env, "CC": "/bin/false"},  # the kernel is optional; this is about the data
-        capture_output=True, text=True, timeout=300, check=False,
+        capture_output=True, text=True, timeout=READY_CEILING_S, check=False,
     )  # fmt: skip
     assert build.returncode == 0, build.stderr[-3000:]
     (wheel,) = tmp_path.glob("prenoise-*.whl")

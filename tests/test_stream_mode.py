@@ -21,6 +21,7 @@ import torch
 from prenoise.noise import streams as noise_streams
 from prenoise.noise.stream_mode import StreamDrawMode, draws_in_stream
 from prenoise.noise.streams import NoiseStreamError
+from waits import READY_CEILING_S
 
 pytestmark = pytest.mark.skipif(
     noise_streams.local_torch_stream() != "x86", reason="these comparisons need an x86 host"
@@ -76,7 +77,7 @@ def _torch_scalar_path() -> dict[str, list[object]]:
         env=env,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=READY_CEILING_S,
         check=True,
     )
     result: dict[str, list[object]] = json.loads(done.stdout)

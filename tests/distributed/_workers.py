@@ -28,8 +28,8 @@ def _setup(recipe_path: str, workdir: str, timeout_s: float) -> tuple[Any, Any, 
     recipe = load_recipe(recipe_path)
     ctx = init_distributed(timeout_s)
     models = Ref2VAModels.default(recipe.model)
+    request = broadcast_request(ctx, recipe if ctx.rank == 0 else None)
     runner = DistributedRef2VA(ctx, models, ParallelConfig(timeout_s=timeout_s))
-    request = broadcast_request(ctx, recipe if ctx.rank == 0 else None, models)
     return ctx, runner, request
 
 
@@ -51,7 +51,7 @@ def prepare_both_modes_and_denoise(recipe_path: str, workdir: str) -> dict[str, 
         noise.initial_audio_noise.untyped_storage().filename,
     ]
     leftovers_after_prepare = [str(p) for p in leftover_segments()]
-    video, audio = runner.denoise(request.recipe(), shared.outputs[0])
+    video, audio = runner.denoise(request.plan, shared.outputs[0])
     bench_labels: list[str] = []  # what `bench`'s progress shows, on every rank
     bench = run_distributed_bench(
         runner, request, pairs=1, warmup=1, encoder_threads=2, on_request=bench_labels.append

@@ -13,12 +13,15 @@ from pathlib import Path
 from _workers import verify_with_a_broken_rank
 
 from prenoise.distributed.launch import spawn_ranks
+from waits import READY_CEILING_S
 
 TINY = Path(__file__).parents[1] / "ref2va" / "tiny-recipe.yaml"
 
 
 def test_distributed_verify_reports_each_broken_rank(tmp_path: Path) -> None:
-    outcomes = spawn_ranks(verify_with_a_broken_rank, 2, (str(TINY), str(tmp_path)), timeout_s=180)
+    outcomes = spawn_ranks(
+        verify_with_a_broken_rank, 2, (str(TINY), str(tmp_path)), timeout_s=READY_CEILING_S
+    )
     assert all(o.ok for o in outcomes), [o.error for o in outcomes]
     r0, r1 = (dict(o.value) for o in outcomes)
     overlap = [r0.pop("overlap"), r1.pop("overlap")]
@@ -95,7 +98,7 @@ def test_torchrun_verify_exits_1_when_a_rank_draws_one_wrong_bit(tmp_path: Path)
         cwd=tmp_path,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=READY_CEILING_S,
     )
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
     out = " ".join(proc.stdout.split())

@@ -54,11 +54,11 @@ def test_distributed_preparation_with_an_encoder_on_the_global_rng_equals_serial
     handshake = _park(monkeypatch, host_shared)
     encoder_on_global_rng(monkeypatch, models, handshake)
     runner = DistributedRef2VA(OneRankContext(), models, ParallelConfig(timeout_s=30.0))
-    request = resolve_request(recipe, models)
+    request = resolve_request(recipe)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(GLOBAL_SEED)
         untouched = torch.get_rng_state()
-        serial, _ = Ref2VAPipeline(models).prepare_outputs(recipe, "serial", keep_noise=True)
+        serial, _ = Ref2VAPipeline(models).prepare_outputs(request.plan, "serial", keep_noise=True)
         after_serial = torch.get_rng_state()
         torch.manual_seed(GLOBAL_SEED)
         handshake.arm()

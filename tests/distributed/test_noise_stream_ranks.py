@@ -2,8 +2,8 @@
 
 `torchrun … generate --noise-stream libm` used to exit 0 with an MP4 byte-identical to the
 native stream: the host-shared draws never read `noise_stream`. Now every noise source is
-handed the stream on each call (`NoiseSource`), and the bytes equal the single-process run in
-that stream.
+handed the planned streams, in the recipe's noise stream, on each call (`NoiseSource`), and the
+bytes equal the single-process run in that stream.
 """
 
 from __future__ import annotations
@@ -24,11 +24,25 @@ from prenoise.distributed.status import StatusBoard
 from prenoise.observe.tracing import NULL_TRACER
 from prenoise.preparation.draws import run_stream
 from prenoise.ref2va.geometry import RequestGeometry
-from prenoise.ref2va.noise import condition_streams, draw_condition_noise, initial_noise_streams
+from prenoise.ref2va.noise import (
+    OutputDraws,
+    condition_streams,
+    draw_condition_noise,
+    initial_noise_streams,
+    output_draws,
+)
+from waits import READY_CEILING_S
 
 TINY = Path(__file__).parents[1] / "ref2va" / "tiny-recipe.yaml"
 GEO = RequestGeometry.from_frames(22, 128, 64)
 SHAPES = [(1, 4, 8), (3, 4, 8)]
+
+
+def draws(seed: int, shapes: list, noise_stream: str) -> OutputDraws:
+    """Output 0's streams at `GEO` for condition shapes `shapes`, in `noise_stream`."""
+    return output_draws(
+        0, seed, GEO.T, GEO.h, GEO.w, GEO.audio_t, shapes, noise_stream=noise_stream
+    )
 
 
 def bits(t: torch.Tensor) -> torch.Tensor:
@@ -47,7 +61,7 @@ def test_draw_into_draws_the_streams_own_noise_stream() -> None:
 
 
 def test_plan_jobs_carry_the_stream() -> None:
-    jobs, _ = plan_jobs(42, GEO, SHAPES, 2, "libm")
+    jobs, _ = plan_jobs(draws(42, SHAPES, "libm"), 2)
     assert {job.stream.noise_stream for job in jobs} == {"libm"}
 
 
@@ -57,8 +71,8 @@ def test_host_shared_noise_draws_the_stream_it_is_handed(predicted: list) -> Non
     board = StatusBoard(store, "unit", 1, 0)
     provider = HostSharedNoise(board, [0], 0, "unit", 10.0)
     try:
-        provider.start(42, GEO, predicted, "libm")
-        noise = provider(42, GEO, SHAPES, "libm", NULL_TRACER)
+        provider.start(draws(42, predicted, "libm"))
+        noise = provider(draws(42, SHAPES, "libm"), NULL_TRACER)
     finally:
         provider.close()
     video, audio = initial_noise_streams(42, GEO.T, GEO.h, GEO.w, GEO.audio_t, noise_stream="libm")
@@ -72,9 +86,9 @@ def test_host_shared_noise_draws_the_stream_it_is_handed(predicted: list) -> Non
 def test_a_batch_started_in_another_stream_is_refused() -> None:
     provider = HostSharedNoise(StatusBoard(dist.HashStore(), "u", 1, 0), [0], 0, "u", 10.0)
     try:
-        provider.start(42, GEO, SHAPES, "native")
+        provider.start(draws(42, SHAPES, "native"))
         with pytest.raises(RuntimeError, match="started in noise stream 'native'"):
-            provider(42, GEO, SHAPES, "libm", NULL_TRACER)
+            provider(draws(42, SHAPES, "libm"), NULL_TRACER)
     finally:
         provider.close()
 
@@ -92,7 +106,7 @@ def test_torchrun_generate_in_libm_equals_the_single_process_bytes(
     proc = subprocess.run(
         [str(torchrun), "--standalone", "--nproc-per-node=2", "-m", "prenoise", "generate",
          "--recipe", str(recipe), "--noise-stream", "libm", "--out", "ranks.mp4"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False,
+        cwd=tmp_path, capture_output=True, text=True, timeout=READY_CEILING_S, check=False,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     # progress (issue 34): the single process's stages, rank 0's only, denoise steps counted

@@ -14,6 +14,8 @@ from prenoise.distributed.verification import field_digests
 from prenoise.ref2va.config import load_recipe
 from prenoise.ref2va.models import Ref2VAModels
 from prenoise.ref2va.pipeline import Ref2VAPipeline
+from prenoise.ref2va.request_plan import plan_request
+from waits import READY_CEILING_S
 
 TINY = Path(__file__).parents[1] / "ref2va" / "tiny-recipe.yaml"
 SP_TOLERANCE = 1e-5
@@ -29,9 +31,10 @@ def _single_process(workdir: Path) -> tuple[dict, torch.Tensor, torch.Tensor]:
     try:
         recipe = load_recipe(TINY)
         pipeline = Ref2VAPipeline(Ref2VAModels.default(recipe.model))
-        _, prepared, _ = pipeline.prepare(recipe, "serial", keep_noise=True)
+        plan = plan_request(recipe)
+        _, prepared, _ = pipeline.prepare(plan, "serial", keep_noise=True)
         digests = field_digests([prepared])
-        video, audio = pipeline.denoise(recipe, prepared)
+        video, audio = pipeline.denoise(plan, prepared)
     finally:
         os.chdir(cwd)
         torch.set_num_threads(threads)
@@ -41,7 +44,7 @@ def _single_process(workdir: Path) -> tuple[dict, torch.Tensor, torch.Tensor]:
 def test_two_ranks_prepare_identical_inputs_and_denoise_in_parallel(tmp_path: Path) -> None:
     before = set(leftover_segments())
     outcomes = spawn_ranks(
-        prepare_both_modes_and_denoise, 2, (str(TINY), str(tmp_path)), timeout_s=120
+        prepare_both_modes_and_denoise, 2, (str(TINY), str(tmp_path)), timeout_s=READY_CEILING_S
     )
     assert all(o.ok for o in outcomes), [o.error for o in outcomes]
     r0, r1 = (o.value for o in outcomes)
@@ -82,7 +85,7 @@ def test_a_failing_hung_or_dead_rank_fails_the_others_cleanly(tmp_path: Path) ->
     before = set(leftover_segments())
     timeout_s = 3.0
     outcomes = spawn_ranks(
-        fail_hang_die_in_draw, 2, (str(TINY), str(tmp_path), timeout_s), timeout_s=90
+        fail_hang_die_in_draw, 2, (str(TINY), str(tmp_path), timeout_s), timeout_s=READY_CEILING_S
     )
     r0_outcome, r1_outcome = outcomes
     assert r0_outcome.ok, r0_outcome.error  # rank 0 got through all three: nothing hung

@@ -23,6 +23,7 @@ from prenoise.distributed.verification import verify_distributed
 from prenoise.ref2va.config import ParallelConfig, load_recipe
 from prenoise.ref2va.models import Ref2VAModels
 from prenoise.ref2va.text_encoder import TextEncoder, TextEncoderConfig
+from waits import READY_CEILING_S
 
 TINY = Path(__file__).parents[1] / "ref2va" / "tiny-recipe.yaml"
 PROMPTS = ["a tiny test clip", "a second, longer prompt: rain on a tin roof at dusk, slow pan"]
@@ -46,9 +47,9 @@ def tp_rank(recipe_path: str, workdir: str) -> dict[str, Any]:
     regathered = gathered.encode_with_mask(PROMPTS)[0]
 
     recipe = load_recipe(recipe_path)
+    request = broadcast_request(ctx, recipe if ctx.rank == 0 else None)
     models = Ref2VAModels.default(recipe.model)
     runner = DistributedRef2VA(ctx, models, ParallelConfig(timeout_s=60.0, text_encoder_tp=2))
-    request = broadcast_request(ctx, recipe if ctx.rank == 0 else None, models)
     verdict = verify_distributed(runner, request)
     return {
         "replicated": replicated,
@@ -63,7 +64,7 @@ def tp_rank(recipe_path: str, workdir: str) -> dict[str, Any]:
 
 
 def test_two_rank_tp_encoder_equals_replicated(tmp_path: Path) -> None:
-    outcomes = spawn_ranks(tp_rank, 2, (str(TINY), str(tmp_path)), timeout_s=120)
+    outcomes = spawn_ranks(tp_rank, 2, (str(TINY), str(tmp_path)), timeout_s=READY_CEILING_S)
     assert all(o.ok for o in outcomes), [o.error for o in outcomes]
     r0, r1 = (o.value for o in outcomes)
     assert (r0["tp_rank"], r1["tp_rank"]) == (0, 1)

@@ -31,6 +31,7 @@ from prenoise.cli.torchrun_options import (
 from prenoise.distributed import commands as distributed_commands
 from prenoise.ref2va.cli_options import add_request_arguments
 from prenoise.ref2va.config import RecipeError, load_recipe
+from waits import READY_CEILING_S
 
 TINY = Path(__file__).parents[1] / "ref2va" / "tiny-recipe.yaml"
 
@@ -173,7 +174,7 @@ def test_torchrun_refuses_with_one_line_and_writes_nothing(tmp_path: Path) -> No
     proc = subprocess.run(
         [str(torchrun), "--standalone", "--nproc-per-node=2", "-m", "prenoise", "generate",
          "--recipe", str(TINY), "--prepare-next-output", "--out", "new/out.mp4"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False,
+        cwd=tmp_path, capture_output=True, text=True, timeout=READY_CEILING_S, check=False,
     )  # fmt: skip
     assert proc.returncode != 0
     line = (

@@ -1,10 +1,11 @@
 """Under torchrun, a request the single process refuses is refused before any rank loads a model.
 
 The defect: `torchrun … -m prenoise generate|verify|bench` checked the request (memory budget,
-media caps: `check_request`) on rank 0 only when resolving it, after every rank had loaded its
-models; rank 0 then exited 2 and the others 1, each with its own line. Now rank 0 runs the same
-check once the process group is up (`broadcast_check`) and every rank ends with the single
-process's one line (local rank 0 prints it) and exit 2, nothing written.
+media caps) on rank 0 only when resolving it, after every rank had loaded its models; rank 0 then
+exited 2 and the others 1, each with its own line. Now rank 0 plans the request (`plan_request`,
+the single process's check) once the process group is up and broadcasts the plan or the refusal
+(`broadcast_request`): every rank ends with the single process's one line (local rank 0 prints
+it) and exit 2, nothing written.
 
 The in-process tests run `main` as one rank of a 2-rank job with the collectives faked: the check
 (rank 0) or the verdict (other ranks), then the model loading, which must not happen.
@@ -26,10 +27,11 @@ from progress_lines import torchrun_stages
 from prenoise.cli.commands import EXIT_USAGE, _user_errors, main
 from prenoise.distributed import commands as distributed_commands
 from prenoise.distributed.group import DistContext
-from prenoise.distributed.request import REQUEST_REFUSALS
+from prenoise.distributed.request import REQUEST_REFUSALS, ResolvedRequest
 from prenoise.ref2va.config import load_recipe
 from prenoise.ref2va.media.caps import MediaError
-from prenoise.ref2va.request_budget import check_request
+from prenoise.ref2va.request_plan import plan_request
+from waits import READY_CEILING_S
 
 TINY = Path(__file__).parents[1] / "ref2va" / "tiny-recipe.yaml"
 TOO_BIG = ["generate", "--recipe", str(TINY), "--memory-budget", "1KiB", "--out", "new/out.mp4"]
@@ -136,20 +138,22 @@ def test_an_accepted_request_goes_on_to_load_the_models(monkeypatch: pytest.Monk
     job = _as_rank(monkeypatch, 0, 0)
     with pytest.raises(ModelsLoaded):
         main(["bench", "--recipe", str(TINY), "--quiet"])
-    assert job.broadcast == [[None]] and job.barriers == 0 and job.at_exit == []
+    ((request,),) = job.broadcast  # the plan, sent before any rank loads a model
+    assert isinstance(request, ResolvedRequest) and request.plan.recipe.name == "ref2va-tiny"
+    assert job.barriers == 0 and job.at_exit == []
 
 
 def test_torchrun_refuses_a_reference_over_the_cap_before_loading_models(tmp_path: Path) -> None:
     """The end-to-end refusal: 2 ranks, the single process's line once, both ranks exit 2, no
     `load models` stage, nothing written."""
     with pytest.raises(MediaError) as caught:  # what one process says (it writes the recipe's
-        check_request(load_recipe(TINY, limits={"max_reference_frames": 1}))  # synthetic input)
+        plan_request(load_recipe(TINY, limits={"max_reference_frames": 1}))  # synthetic input)
     inputs = sorted(tmp_path.iterdir())
     torchrun = Path(sys.executable).with_name("torchrun")
     proc = subprocess.run(
         [str(torchrun), "--standalone", "--nproc-per-node=2", "-m", "prenoise", "verify",
          "--recipe", str(TINY), "--max-reference-frames", "1", "--json", "new/verify.json"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=180, check=False,
+        cwd=tmp_path, capture_output=True, text=True, timeout=READY_CEILING_S, check=False,
     )  # fmt: skip
     assert proc.returncode != 0
     assert proc.stdout == f"error: {caught.value}\n", proc.stdout + proc.stderr[-3000:]

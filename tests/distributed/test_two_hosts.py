@@ -38,12 +38,15 @@ from prenoise.distributed.verification import field_digests
 from prenoise.ref2va.config import load_recipe
 from prenoise.ref2va.models import Ref2VAModels
 from prenoise.ref2va.pipeline import Ref2VAPipeline
+from prenoise.ref2va.request_plan import plan_request
+from waits import READY_CEILING_S
 
 TINY = Path(__file__).parents[1] / "ref2va" / "tiny-recipe.yaml"
 ENTRY = Path(__file__).with_name("_two_hosts_rank.py")
 TORCHRUN = Path(sys.executable).with_name("torchrun")
-RUN_TIMEOUT_S = 120.0
-"""Per 2-host run (measured ~20 s on 2 busy cores); the ranks' own waits give up at 60 s."""
+RUN_TIMEOUT_S = READY_CEILING_S
+"""Per 2-host run (measured ~20 s on 2 busy cores): only a hang reaches it (`waits.py`); the
+ranks' own waits give up at 60 s, and a host that fails ends the run at once."""
 MASTER_PORT = "29500"  # host 0's namespace is fresh: nothing else listens there
 STREAMS = ["native", "libm"]
 
@@ -69,7 +72,7 @@ def single_process_digests(recipe_path: Path) -> dict[str, Any]:
     try:
         recipe = load_recipe(recipe_path)
         pipeline = Ref2VAPipeline(Ref2VAModels.default(recipe.model))
-        outputs, _ = pipeline.prepare_outputs(recipe, "serial", keep_noise=True)
+        outputs, _ = pipeline.prepare_outputs(plan_request(recipe), "serial", keep_noise=True)
         digests = field_digests(outputs)
     finally:
         os.chdir(cwd)

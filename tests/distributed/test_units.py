@@ -38,16 +38,24 @@ from prenoise.preparation.draws import run_stream
 from prenoise.ref2va.config import RecipeError, load_recipe, recipe_from_dict
 from prenoise.ref2va.geometry import RequestGeometry
 from prenoise.ref2va.noise import (
+    OutputDraws,
     condition_streams,
     draw_condition_noise,
     initial_noise_streams,
+    output_draws,
 )
 from prenoise.ref2va.transformer import JointTransformer, TransformerConfig
 from prenoise.verify import tensor_sha256
+from waits import READY_CEILING_S
 
 TINY = Path(__file__).parents[1] / "ref2va" / "tiny-recipe.yaml"
 GEO = RequestGeometry.from_frames(22, 128, 64)
 SHAPES = [(1, 4, 8), (3, 4, 8)]  # an image and a short video reference
+
+
+def draws(seed: int, shapes: list) -> OutputDraws:
+    """Output 0's streams at `GEO` for condition shapes `shapes`, native stream."""
+    return output_draws(0, seed, GEO.T, GEO.h, GEO.w, GEO.audio_t, shapes)
 
 
 def board(store: dist.Store, rank: int, world: int = 2) -> StatusBoard:
@@ -65,7 +73,7 @@ def test_assign_streams_is_largest_first_least_loaded() -> None:
 
 
 def test_plan_jobs_places_conditions_back_to_back() -> None:
-    jobs, fields = plan_jobs(42, GEO, SHAPES, 2)
+    jobs, fields = plan_jobs(draws(42, SHAPES), 2)
     cond = [j for j in jobs if j.field == "visual_condition_noise"]
     assert [j.offset for j in cond] == [0, 1 * 2 * 4 * 96 * 4]
     assert fields["visual_condition_noise"] == (1 * 2 * 4 + 3 * 2 * 4, 96)
@@ -87,8 +95,8 @@ def test_host_shared_noise_on_one_rank_equals_serial_draws(predicted: list) -> N
     store = dist.HashStore()
     provider = HostSharedNoise(board(store, 0, 1), [0], 0, "unit", 10.0)
     try:
-        provider.start(42, GEO, predicted)
-        noise = provider(42, GEO, SHAPES, "native", NULL_TRACER)
+        provider.start(draws(42, predicted))
+        noise = provider(draws(42, SHAPES), NULL_TRACER)
     finally:
         provider.close()
     video, audio = initial_noise_streams(42, GEO.T, GEO.h, GEO.w, GEO.audio_t)
@@ -186,7 +194,7 @@ def test_torchrun_verify_two_ranks(tmp_path: Path) -> None:
         cwd=tmp_path,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=READY_CEILING_S,
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "bitwise equal: 9 fields on all 2 ranks (host-shared noise) = single process" in (

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from prenoise.distributed.shm import pid_alive
+from waits import READY_CEILING_S
 
 PREFIX = "pn2h"
 SUBNET = "10.77.0"
@@ -69,7 +70,9 @@ class HostRun:
 
 
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run(["ip", *args], capture_output=True, text=True, timeout=30, check=False)
+    proc = subprocess.run(
+        ["ip", *args], capture_output=True, text=True, timeout=READY_CEILING_S, check=False
+    )
     if check and proc.returncode != 0:
         raise HostsUnavailable(f"`ip {' '.join(args)}` failed: {proc.stderr.strip()}")
     return proc
@@ -129,7 +132,9 @@ def _build(a: Host, b: Host) -> None:
 def _probe_private_shm(host: Host) -> None:
     """A private tmpfs on /dev/shm, on `host`, with a device other than this process's."""
     argv = host.argv(["stat", "-c", "%d", "/dev/shm"])
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
+    proc = subprocess.run(
+        argv, capture_output=True, text=True, timeout=READY_CEILING_S, check=False
+    )
     if proc.returncode != 0:
         raise HostsUnavailable(f"no private /dev/shm in a namespace: {proc.stderr.strip()}")
     if int(proc.stdout) == os.stat("/dev/shm").st_dev:

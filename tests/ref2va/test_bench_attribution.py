@@ -23,6 +23,7 @@ from prenoise.observe.tracing import Span
 from prenoise.ref2va import cli_options
 from prenoise.ref2va.bench import BenchConfig, BenchResult, RequestRun, summarize
 from prenoise.ref2va.config import load_recipe
+from prenoise.ref2va.request_plan import plan_request
 
 TINY = Path(__file__).with_name("tiny-recipe.yaml")
 DRIFT_S = 1.0
@@ -98,7 +99,8 @@ def test_the_timeline_shows_the_median_pair_not_the_last() -> None:
         for pair, (serial, overlapped) in enumerate(windows)
         for run in (_run("serial", pair, serial), _run("overlapped", pair, overlapped))
     ]
-    summary = summarize(runs, load_recipe(TINY), BenchConfig(3, 0), {})
+    plan = plan_request(load_recipe(TINY), references=False)  # no reference file is written
+    summary = summarize(runs, plan, BenchConfig(3, 0), {})
     result = BenchResult(runs, summary)
     assert result.median_pair == 2
     spans = result.pair_spans(2)

@@ -14,6 +14,7 @@ from prenoise.guards.cancel import Cancelled
 from prenoise.ref2va import ModelConfig, Recipe, Ref2VAModels, make_synthetic_reference
 from prenoise.ref2va.media import reading as media
 from prenoise.ref2va.pipeline import Ref2VAPipeline
+from prenoise.ref2va.request_plan import plan_request
 
 FRAMES = 96  # a 4 s reference at 24 fps
 
@@ -55,11 +56,12 @@ def test_cancel_stops_decoding_mid_reference(
         }
     )
     pipe = Ref2VAPipeline(tiny_models)
+    plan = plan_request(recipe)
     with pytest.raises(Cancelled, match=r"long\.mp4: cancelled"):
-        pipe.prepare(recipe, arm, cancel=cancel)
+        pipe.prepare(plan, arm, cancel=cancel)
     assert len(pulled) == 20 < FRAMES  # the decoder stopped at the next frame
     assert not [t for t in threading.enumerate() if t.name.startswith("ref2va-prep")]
     cancel.clear()
     pulled.clear()
-    pipe.prepare(recipe, arm, cancel=threading.Event())
+    pipe.prepare(plan, arm, cancel=threading.Event())
     assert len(pulled) == FRAMES  # not set: the whole reference decodes

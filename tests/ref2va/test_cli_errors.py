@@ -18,6 +18,7 @@ from prenoise.cli.commands import main
 from prenoise.guards.seeds import SEED_MAX
 from prenoise.ref2va import cli_options
 from prenoise.ref2va.config import RecipeError, load_recipe
+from waits import READY_CEILING_S
 
 TINY = Path(__file__).with_name("tiny-recipe.yaml")
 
@@ -150,17 +151,17 @@ def test_torchrun_commands_check_outputs_before_joining_the_group(
 
 def test_serve_uses_the_same_seed_rule(workdir: Path) -> None:
     pytest.importorskip("fastapi")
-    from prenoise.serve.schema import RequestRejected, ServeLimits, build_recipe, parse_request
+    from prenoise.serve.schema import RequestRejected, ServeLimits, build_plan, parse_request
 
     base = load_recipe(workdir / "tiny.yaml")
     limits = ServeLimits()
     ok = parse_request({"seed": SEED_MAX})
-    assert build_recipe(base, ok, media_root=None, uploads=[], limits=limits).seed == SEED_MAX
+    assert build_plan(base, ok, media_root=None, uploads=[], limits=limits).recipe.seed == SEED_MAX
     with pytest.raises(RequestRejected, match="seed"):
         parse_request({"seed": SEED_MAX + 1})
     two = parse_request({"seed": SEED_MAX, "outputs": 2})
     with pytest.raises(RequestRejected, match="seed \\+ outputs - 1"):
-        build_recipe(base, two, media_root=None, uploads=[], limits=limits)
+        build_plan(base, two, media_root=None, uploads=[], limits=limits)
 
 
 # -- SIGTERM / SIGHUP during the MP4 write: the partial file is removed ------------------------
@@ -215,7 +216,7 @@ def test_sigterm_during_mp4_write_removes_the_partial_file(tmp_path: Path) -> No
         assert partial.name.startswith(".clip.mp4.") and partial.name.endswith(".partial.mp4")
         assert (tmp_path / partial.name).exists()
         proc.send_signal(signum)
-        out, _ = proc.communicate(timeout=120)
+        out, _ = proc.communicate(timeout=READY_CEILING_S)
     finally:
         if proc.poll() is None:
             proc.kill()

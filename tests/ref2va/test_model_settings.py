@@ -18,7 +18,7 @@ from prenoise.cli.commands import main
 from prenoise.ref2va.config import SHIFT_MAX, SHIFT_MIN, load_recipe
 from prenoise.ref2va.model_size import model_nbytes
 from prenoise.ref2va.models import Ref2VAModels
-from prenoise.ref2va.request_budget import estimate_request
+from prenoise.ref2va.request_plan import plan_request
 
 TINY = Path(__file__).with_name("tiny-recipe.yaml")
 
@@ -74,7 +74,7 @@ def test_the_model_count_is_what_the_built_models_hold(workdir: Path) -> None:
         for t in (*module.parameters(), *module.buffers())
     }
     assert model_nbytes(recipe.model) == sum(t.numel() * t.element_size() for t in tensors.values())
-    estimate = estimate_request(recipe)
+    estimate = plan_request(recipe, references=False).estimate
     assert estimate.model == model_nbytes(recipe.model)
     assert estimate.peak == estimate.model + max(
         estimate.noise + estimate.references, estimate.denoise, estimate.decode
@@ -91,7 +91,7 @@ def test_extreme_shifts_are_refused_up_front(
     bound = f"less than or equal to {SHIFT_MAX:g}" if float(value) > 1 else (
         f"greater than or equal to {SHIFT_MIN:g}"
     )  # fmt: skip
-    assert line == f"error: tiny.yaml: {key}: Input should be {bound}", line
+    assert line == f"error: {option} {float(value)}: {key}: Input should be {bound}", line
 
 
 def test_the_shift_bounds_themselves_are_accepted(workdir: Path) -> None:
@@ -112,11 +112,11 @@ def test_demo_encode_seconds_is_a_finite_bounded_number(
 
 @pytest.mark.parametrize("value", [1e308, 5e-324, 1e-30])
 def test_serve_refuses_extreme_shifts_with_422_on_the_field(workdir: Path, value: float) -> None:
-    from prenoise.serve.schema import RequestRejected, ServeLimits, build_recipe, parse_request
+    from prenoise.serve.schema import RequestRejected, ServeLimits, build_plan, parse_request
 
     base = load_recipe("tiny.yaml")
     for field in ("shift_video", "shift_audio"):
         request = parse_request({field: value})
         with pytest.raises(RequestRejected) as rejected:
-            build_recipe(base, request, media_root=None, uploads=[], limits=ServeLimits())
+            build_plan(base, request, media_root=None, uploads=[], limits=ServeLimits())
         assert rejected.value.field == field

@@ -21,6 +21,7 @@ from prenoise.ref2va.conditioning import ExternalConditioning
 from prenoise.ref2va.media import write_image
 from prenoise.ref2va.noise import draw_condition_noise, initial_noise_streams
 from prenoise.ref2va.pipeline import Ref2VAPipeline
+from prenoise.ref2va.request_plan import plan_request
 from prenoise.ref2va.verification import prepared_fields, verify_recipe
 from prenoise.verify import compare
 from prenoise.verify.rng_guard import global_rng_guard
@@ -98,7 +99,7 @@ def test_prepared_noise_preserves_every_denoise_input(
     seed: int,
 ) -> None:
     recipe = make_recipe(tiny_config, [(k, media[k]) for k in refs], seed=seed)
-    result = verify_recipe(pipe, recipe)
+    result = verify_recipe(pipe, plan_request(recipe))
     assert result.equal, result.summary()
     assert result.rng_state_unchanged and result.used_prepared_noise
     assert {"initial_video_noise", "visual_condition_noise", "denoise.condition_rows"} <= set(
@@ -113,10 +114,11 @@ def test_later_outputs_use_seed_plus_i_and_never_share_prepared_noise(
     pipe: Ref2VAPipeline, tiny_config: ModelConfig, media: dict[str, Path]
 ) -> None:
     recipe = make_recipe(tiny_config, [("video", media["video"])], outputs=2)
-    result = verify_recipe(pipe, recipe)
+    plan = plan_request(recipe)
+    result = verify_recipe(pipe, plan)
     assert result.equal, result.summary()
-    conditioning, first, _ = pipe.prepare(recipe, "overlapped", keep_noise=True)
-    second = pipe.prepare_next(recipe, conditioning, 1, keep_noise=True)
+    conditioning, first, _ = pipe.prepare(plan, "overlapped", keep_noise=True)
+    second = pipe.prepare_next(plan, conditioning, 1, keep_noise=True)
     assert first.used_prepared_noise and not second.used_prepared_noise
     assert second.seed == recipe.seed + 1
     assert first.noise is not None and second.noise is not None
@@ -145,7 +147,9 @@ def test_consumed_host_noise_is_released_before_denoising(
         return out
 
     monkeypatch.setattr(pipeline_module, "run_stream", recording_run_stream)
-    recipe = make_recipe(tiny_config, [("video", media["video"]), ("image", media["image"])])
+    plan = plan_request(
+        make_recipe(tiny_config, [("video", media["video"]), ("image", media["image"])])
+    )
     transformer = pipe.models.transformer
     alive_at_first_call: list[list[str]] = []
     original_forward = transformer.forward
@@ -157,10 +161,10 @@ def test_consumed_host_noise_is_released_before_denoising(
 
     alive_after_step: list[list[str]] = []
     monkeypatch.setattr(transformer, "forward", spying_forward)
-    _, prepared, _ = pipe.prepare(recipe, "overlapped")
+    _, prepared, _ = pipe.prepare(plan, "overlapped")
     assert prepared.used_prepared_noise and prepared.noise is None
     pipe.denoise(
-        recipe,
+        plan,
         prepared,
         callback=lambda info: alive_after_step.append(
             [n for n, ref in drawn.items() if ref() is not None]
@@ -211,9 +215,9 @@ def test_encoder_failure_cancels_pending_joins_running_and_reraises(
         from prenoise.ref2va import conditioning
 
         monkeypatch.setattr(conditioning, "encode_reference", fail)
-    recipe = make_recipe(tiny_config, [("video", media["video"])])
+    plan = plan_request(make_recipe(tiny_config, [("video", media["video"])]))
     with pytest.raises(EncoderFailed, match=f"{stage} encoder failed"):
-        pipe.prepare(recipe, "overlapped")
+        pipe.prepare(plan, "overlapped")
     assert ran == ["visual_condition_noise.0"]  # the others were cancelled before they ran
     assert finished == ["visual_condition_noise.0"]  # the running one was joined (it ended)
     assert not [t for t in threading.enumerate() if t.name.startswith("ref2va-prep")]
@@ -237,29 +241,36 @@ def test_condition_noise_recipe() -> None:
 def test_continuation_and_external_conditioning_keep_the_serial_path(
     pipe: Ref2VAPipeline, tiny_config: ModelConfig, media: dict[str, Path]
 ) -> None:
-    recipe = make_recipe(tiny_config, [("image", media["image"])])
+    plan = plan_request(make_recipe(tiny_config, [("image", media["image"])]))
     previous = torch.randn(1, 24, 2, 4, 8, generator=torch.Generator().manual_seed(1))
     outs = {}
     for arm in ("serial", "overlapped"):
         tracer = Tracer()
         _, prepared, _ = pipe.prepare(
-            recipe, arm, continuation=previous, keep_noise=True, tracer=tracer
+            plan, arm, continuation=previous, keep_noise=True, tracer=tracer
         )
         assert not prepared.used_prepared_noise
         assert not [s for s in tracer.spans if s.category == Category.PREPARE]
         outs[arm] = prepared
     assert compare(prepared_fields([outs["serial"]]), prepared_fields([outs["overlapped"]])).equal
 
-    conditioning, serial, _ = pipe.prepare(recipe, "serial", keep_noise=True)
+    conditioning, serial, _ = pipe.prepare(plan, "serial", keep_noise=True)
     external = ExternalConditioning(
         conditioning.text,
         conditioning.text_mask,
         conditioning.visual_latents,
         conditioning.audio_latents,
     )
-    _, adopted, _ = pipe.prepare(recipe, "overlapped", external=external, keep_noise=True)
+    _, adopted, _ = pipe.prepare(plan, "overlapped", external=external, keep_noise=True)
     assert not adopted.used_prepared_noise
     assert compare(prepared_fields([serial]), prepared_fields([adopted])).equal
+    # conditioning from elsewhere needs no reference checked: a size-only plan takes it
+    size_only = plan_request(plan.recipe, references=False)
+    assert not size_only.references_checked and size_only.condition_shapes == ()
+    _, sized, _ = pipe.prepare(size_only, "serial", external=external, keep_noise=True)
+    assert compare(prepared_fields([serial]), prepared_fields([sized])).equal
+    with pytest.raises(ValueError, match="did not check its references"):
+        pipe.prepare(size_only, "serial")  # but it cannot encode the unchecked references
 
 
 def test_prediction_mismatch_is_caught_before_consumption(
@@ -268,20 +279,22 @@ def test_prediction_mismatch_is_caught_before_consumption(
     media: dict[str, Path],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    real = pipeline_module.predict_reference_shape
+    from prenoise.ref2va import request_plan
+
+    real = request_plan.predict_reference_shape
 
     def wrong(*args: Any, **kwargs: Any) -> Any:
         shape = real(*args, **kwargs)
         return None if shape is None else (shape[0] + 1, shape[1], shape[2])
 
-    monkeypatch.setattr(pipeline_module, "predict_reference_shape", wrong)
-    recipe = make_recipe(tiny_config, [("video", media["video"])])
+    monkeypatch.setattr(request_plan, "predict_reference_shape", wrong)
+    plan = plan_request(make_recipe(tiny_config, [("video", media["video"])]))
     strict = Ref2VAPipeline(tiny_models, mismatch_policy=MismatchPolicy.RAISE)
     with pytest.raises(PredictionMismatchError, match=r"visual_condition_noise\.0"):
-        strict.prepare(recipe, "overlapped")
+        strict.prepare(plan, "overlapped")
     lenient = Ref2VAPipeline(tiny_models, mismatch_policy=MismatchPolicy.FALLBACK)
-    _, serial, _ = lenient.prepare(recipe, "serial", keep_noise=True)
-    _, fallback, events = lenient.prepare(recipe, "overlapped", keep_noise=True)
+    _, serial, _ = lenient.prepare(plan, "serial", keep_noise=True)
+    _, fallback, events = lenient.prepare(plan, "overlapped", keep_noise=True)
     assert [e.name for e in events] == ["visual_condition_noise.0"]
     assert compare(prepared_fields([serial]), prepared_fields([fallback])).equal
 
@@ -292,7 +305,8 @@ def test_prediction_reuses_the_validated_header(
     media: dict[str, Path],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The overlapped arm predicts from the header validation read: the file is probed once."""
+    """The plan predicts from the header its validation read, and the overlapped arm takes that
+    prediction: the file is probed once per request, and preparing predicts nothing again."""
     from prenoise.ref2va import conditioning as conditioning_module
     from prenoise.ref2va import media as media_module
 
@@ -305,13 +319,13 @@ def test_prediction_reuses_the_validated_header(
 
     monkeypatch.setattr(media_module, "probe_video", counting)
     monkeypatch.setattr(conditioning_module, "probe_video", counting)
-    recipe = make_recipe(tiny_config, [("video", media["video"])])
+    plan = plan_request(make_recipe(tiny_config, [("video", media["video"])]))
     tracer = Tracer()
-    _, prepared, events = pipe.prepare(recipe, "overlapped", tracer=tracer)
+    conditioning, prepared, events = pipe.prepare(plan, "overlapped", tracer=tracer)
     assert prepared.used_prepared_noise and events == []
     assert probed == [str(media["video"])]
-    (predict,) = [s for s in tracer.spans if s.name == "predict_condition_shapes"]
-    assert predict.category is Category.NOISE
+    assert list(plan.condition_shapes) == conditioning.visual_shapes
+    assert not [s for s in tracer.spans if s.name.startswith("predict")]
 
 
 def test_generate_writes_playable_mp4_with_video_and_audio(
@@ -319,7 +333,7 @@ def test_generate_writes_playable_mp4_with_video_and_audio(
 ) -> None:
     recipe = make_recipe(tiny_config, [("video", media["video"])])
     stages: list[str] = []
-    result = pipe.generate(recipe, tmp_path / "out.mp4", on_stage=stages.append)
+    result = pipe.generate(plan_request(recipe), tmp_path / "out.mp4", on_stage=stages.append)
     (path,) = result.paths
     with av.open(str(path)) as container:
         assert len(container.streams.video) == 1 and len(container.streams.audio) == 1
@@ -331,16 +345,16 @@ def test_generate_writes_playable_mp4_with_video_and_audio(
 
 def test_unknown_arm_is_rejected(pipe: Ref2VAPipeline, tiny_config: ModelConfig) -> None:
     with pytest.raises(ValueError, match="unknown arm"):
-        pipe.prepare(make_recipe(tiny_config, []), "sideways")  # type: ignore[arg-type]
+        pipe.prepare(plan_request(make_recipe(tiny_config, [])), "sideways")  # type: ignore[arg-type]
 
 
 def test_preparing_the_next_output_during_denoise_changes_no_byte(
     pipe: Ref2VAPipeline, tiny_config: ModelConfig, media: dict[str, Path], tmp_path: Path
 ) -> None:
-    recipe = make_recipe(tiny_config, [("video", media["video"])], outputs=3)
-    plain = pipe.generate(recipe, tmp_path / "plain.mp4")
+    plan = plan_request(make_recipe(tiny_config, [("video", media["video"])], outputs=3))
+    plain = pipe.generate(plan, tmp_path / "plain.mp4")
     tracer = Tracer()
-    ahead = pipe.generate(recipe, tmp_path / "ahead.mp4", tracer=tracer, prepare_next_output=True)
+    ahead = pipe.generate(plan, tmp_path / "ahead.mp4", tracer=tracer, prepare_next_output=True)
     assert [p.read_bytes() for p in plain.paths] == [p.read_bytes() for p in ahead.paths]
     worker_draws = [
         s for s in tracer.spans if s.name.startswith("draw:") and s.thread_name.startswith("ref2va")
@@ -353,14 +367,13 @@ def test_request_spans_cover_every_stage(
 ) -> None:
     recipe = make_recipe(tiny_config, [("video", media["video"]), ("image", media["image"])])
     tracer = Tracer()
-    pipe.generate(recipe, tmp_path / "out.mp4", tracer=tracer)
+    pipe.generate(plan_request(recipe), tmp_path / "out.mp4", tracer=tracer)
     names = {s.name.split(":")[0] for s in tracer.spans}
     assert {
         "prepare",
         "text_encode",
         "media_decode",
         "media_encode",
-        "predict_condition_shapes",
         "wait",
         "mix",
         "inputs",

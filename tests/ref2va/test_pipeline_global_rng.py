@@ -22,6 +22,7 @@ from prenoise.ref2va import ModelConfig, Recipe, Ref2VAModels
 from prenoise.ref2va.media import write_image
 from prenoise.ref2va.noise import initial_noise_streams
 from prenoise.ref2va.pipeline import Ref2VAPipeline
+from prenoise.ref2va.request_plan import plan_request
 from prenoise.ref2va.verification import prepared_fields
 from prenoise.verify import compare, nest_dotted
 from rng_contention import Handshake, dropout_on_global_rng, encoder_on_global_rng
@@ -67,14 +68,15 @@ def test_overlapped_preparation_with_an_encoder_on_the_global_rng_equals_serial(
     handshake = _park_worker_draws(monkeypatch, "ref2va-prep")
     encoder_on_global_rng(monkeypatch, tiny_models, handshake)
     pipe = Ref2VAPipeline(tiny_models)
+    plan = plan_request(recipe)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(GLOBAL_SEED)
         untouched = torch.get_rng_state()
-        serial, _ = pipe.prepare_outputs(recipe, "serial", keep_noise=True)
+        serial, _ = pipe.prepare_outputs(plan, "serial", keep_noise=True)
         after_serial = torch.get_rng_state()
         torch.manual_seed(GLOBAL_SEED)
         handshake.arm()
-        overlapped, events = pipe.prepare_outputs(recipe, "overlapped", keep_noise=True)
+        overlapped, events = pipe.prepare_outputs(plan, "overlapped", keep_noise=True)
         after_overlapped = torch.get_rng_state()
     assert handshake.met  # the global draws ran while the worker was inside a draw
     assert overlapped[0].used_prepared_noise and events == []
@@ -113,14 +115,15 @@ def test_next_output_drawn_while_the_denoiser_draws_the_global_rng_changes_no_by
     handshake = _park_worker_draws(monkeypatch, "ref2va-next-output")
     _denoiser_on_global_rng(monkeypatch, tiny_models, handshake)
     pipe = Ref2VAPipeline(tiny_models)
+    plan = plan_request(recipe)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(GLOBAL_SEED)
         untouched = torch.get_rng_state()
-        plain = pipe.generate(recipe, tmp_path / "plain.mp4")
+        plain = pipe.generate(plan, tmp_path / "plain.mp4")
         after_plain = torch.get_rng_state()
         torch.manual_seed(GLOBAL_SEED)
         handshake.arm()
-        ahead = pipe.generate(recipe, tmp_path / "ahead.mp4", prepare_next_output=True)
+        ahead = pipe.generate(plan, tmp_path / "ahead.mp4", prepare_next_output=True)
         after_ahead = torch.get_rng_state()
     assert handshake.met  # output 1's draw ran while output 0's denoiser drew the global RNG
     assert len(plain.paths) == len(ahead.paths) == 2

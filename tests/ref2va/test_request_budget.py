@@ -1,4 +1,5 @@
-"""A request is estimated and checked against the memory budget before any heavy work."""
+"""A request is estimated and checked against the memory budget before any heavy work: once, when
+it is planned (`plan_request`)."""
 
 from __future__ import annotations
 
@@ -11,19 +12,19 @@ from prenoise.cli.commands import main
 from prenoise.guards.budget import BudgetExceededError
 from prenoise.preparation.draws import NoisePlan
 from prenoise.ref2va import cli_options
-from prenoise.ref2va.conditioning import validate_references
 from prenoise.ref2va.config import load_recipe
 from prenoise.ref2va.noise import condition_streams, initial_noise_streams
-from prenoise.ref2va.request_budget import check_request, estimate_request
+from prenoise.ref2va.request_plan import plan_request
 
 TINY = Path(__file__).with_name("tiny-recipe.yaml")
 
 
 def test_estimate_uses_the_noise_plan_and_the_references(workdir: Path) -> None:
     recipe = load_recipe(workdir / "tiny.yaml")
-    headers = validate_references(recipe.references)
-    alone, full = estimate_request(recipe), estimate_request(recipe, headers)
-    geo = recipe.geometry()  # 22 frames at 128x96: T=7, h=6, w=8
+    alone = plan_request(recipe, references=False).estimate
+    plan = plan_request(recipe)
+    full = plan.estimate
+    geo = plan.geometry  # 22 frames at 128x96: T=7, h=6, w=8
     video, audio = initial_noise_streams(recipe.seed, geo.T, geo.h, geo.w, geo.audio_t)
     assert (
         alone.noise
@@ -32,6 +33,7 @@ def test_estimate_uses_the_noise_plan_and_the_references(workdir: Path) -> None:
     )
     # the 0.5 s reference (12 frames -> latents (7, 6, 8)) adds its condition stream
     conds = condition_streams(recipe.seed, geo.T, [(7, 6, 8)])
+    assert plan.condition_shapes == ((7, 6, 8),) and plan.outputs[0].conditions == conds
     assert full.noise == NoisePlan((video, audio, *conds)).peak_nbytes
     assert alone.references == 0 < full.references
     assert full.peak > alone.peak
@@ -49,25 +51,25 @@ def test_too_large_sizes_are_refused_before_any_file_is_opened(workdir: Path) ->
             **overrides,
         )
         with pytest.raises(BudgetExceededError) as info:
-            check_request(recipe)
+            plan_request(recipe)
         message = str(info.value)
         assert message.startswith("this request (model ")
         assert "make the request smaller (width x height, now" in message
         assert "no-such-file" not in message  # the size, never the reference, is blamed
     width_only = load_recipe(workdir / "tiny.yaml", width=100_000, height=100_000)
     with pytest.raises(BudgetExceededError, match=r"now 100000x100000; duration/frames, now 22"):
-        check_request(width_only)
+        plan_request(width_only)
 
 
 def test_memory_budget_from_the_recipe(workdir: Path) -> None:
     recipe = load_recipe(workdir / "tiny.yaml")
-    alone = estimate_request(recipe).peak
-    assert check_request(recipe.model_copy(update={"limits": _limits(recipe, 10**12)})).headers
+    alone = plan_request(recipe, references=False).estimate.peak
+    assert plan_request(recipe.model_copy(update={"limits": _limits(recipe, 10**12)})).headers
     with pytest.raises(BudgetExceededError, match=r"more than the memory budget of 1\.0 KiB"):
-        check_request(load_recipe(workdir / "tiny.yaml", limits={"memory_budget": "1KiB"}))
+        plan_request(load_recipe(workdir / "tiny.yaml", limits={"memory_budget": "1KiB"}))
     # enough for the request alone, not with its reference: the references are named
     with pytest.raises(BudgetExceededError, match=r"with its references .* shorten the references"):
-        check_request(recipe.model_copy(update={"limits": _limits(recipe, alone)}))
+        plan_request(recipe.model_copy(update={"limits": _limits(recipe, alone)}))
 
 
 def _limits(recipe: Any, budget: int) -> Any:

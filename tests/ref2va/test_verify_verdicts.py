@@ -25,6 +25,7 @@ from prenoise.ref2va import ModelConfig, Ref2VAModels
 from prenoise.ref2va import pipeline as pipeline_module
 from prenoise.ref2va.config import load_recipe
 from prenoise.ref2va.pipeline import Ref2VAPipeline
+from prenoise.ref2va.request_plan import plan_request
 from prenoise.ref2va.verification import verify_recipe
 from prenoise.verify import tensor_sha256
 
@@ -98,8 +99,8 @@ def perturb_overlapped_mix(monkeypatch: pytest.MonkeyPatch) -> None:
     """Flip one bit of the overlapped arm's mixed visual-condition rows."""
     real = Ref2VAPipeline.prepare
 
-    def prepare(self: Ref2VAPipeline, recipe: Any, arm: Any = "overlapped", **kw: Any) -> Any:
-        conditioning, prepared, events = real(self, recipe, arm, **kw)
+    def prepare(self: Ref2VAPipeline, plan: Any, arm: Any = "overlapped", **kw: Any) -> Any:
+        conditioning, prepared, events = real(self, plan, arm, **kw)
         if arm == "overlapped":
             rows = prepared.inputs.condition_rows
             assert rows is not None
@@ -125,7 +126,7 @@ def recipe(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tiny_config: ModelCo
 def test_unperturbed_verify_is_equal_and_really_overlapped(
     tiny_pipeline: Ref2VAPipeline, recipe: Any, overlap: OverlapRecorder
 ) -> None:
-    result = verify_recipe(tiny_pipeline, recipe)
+    result = verify_recipe(tiny_pipeline, plan_request(recipe))
     assert result.equal and result.rng_state_unchanged, result.summary()
     jobs = ["visual_condition_noise.0", "initial_video_noise", "initial_audio_noise"]
     ran = overlap.assert_prepared_ahead(WORKER, jobs)
@@ -157,7 +158,7 @@ def test_verify_reports_a_broken_overlapped_draw(
 ) -> None:
     perturb, field, difference = DRAW_CASES[case]
     seen = perturb_worker_draws(monkeypatch, perturb)
-    result = verify_recipe(tiny_pipeline, recipe)
+    result = verify_recipe(tiny_pipeline, plan_request(recipe))
     assert len(seen) == 3  # the overlapped arm's three streams ran on the worker
     assert not result.equal, result.summary()
     assert result.used_prepared_noise
@@ -176,7 +177,7 @@ def test_verify_reports_a_broken_overlapped_mix(
     tiny_pipeline: Ref2VAPipeline, recipe: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     perturb_overlapped_mix(monkeypatch)
-    result = verify_recipe(tiny_pipeline, recipe)
+    result = verify_recipe(tiny_pipeline, plan_request(recipe))
     assert not result.equal
     differing = [name for name, f in result.fields.items() if not f.equal]
     assert differing == ["denoise.condition_rows"]
@@ -196,7 +197,7 @@ def test_verify_compares_the_two_arms_not_one_arm_twice(
         return result
 
     monkeypatch.setattr(pipeline_module, "run_stream", run_stream)
-    result = verify_recipe(tiny_pipeline, recipe)
+    result = verify_recipe(tiny_pipeline, plan_request(recipe))
     assert not result.equal
     assert result.fields["initial_video_noise"].differences == ["values"]
 

@@ -104,7 +104,7 @@ class _FakePipeline:
 
     def prepare_outputs(
         self,
-        recipe: object,
+        plan: object,
         arm: str = "overlapped",
         *,
         keep_noise: bool = False,
@@ -121,7 +121,7 @@ def test_verify_recipe_runs_both_arms_and_reports_their_events(
     overlapped_value: float, equal: bool
 ) -> None:
     pipeline = _FakePipeline(overlapped_value)
-    result = verify_recipe(pipeline, recipe=None)  # type: ignore[arg-type]
+    result = verify_recipe(pipeline, plan=None)  # type: ignore[arg-type]
     assert pipeline.arms == ["serial", "overlapped"]
     assert result.prediction_events == ["video: predicted (1,), actual (2,)"]
     assert result.equal is equal  # -0.0 == 0.0, but not bitwise

@@ -12,6 +12,7 @@ import httpx
 import uvicorn
 
 from prenoise.cli.commands import main as cli_main
+from waits import READY_CEILING_S, before, deadline
 
 POLL_S = 0.01
 
@@ -29,9 +30,9 @@ class ServerThread:
 
     def start(self) -> ServerThread:
         self.thread.start()
-        deadline = time.monotonic() + 30
+        at = deadline()
         while not self.server.started:
-            assert time.monotonic() < deadline, "uvicorn did not start"
+            assert before(at), "uvicorn did not start"
             assert self.thread.is_alive(), "uvicorn exited"
             time.sleep(POLL_S)
         port = self.server.servers[0].sockets[0].getsockname()[1]
@@ -40,7 +41,7 @@ class ServerThread:
 
     def stop(self) -> None:
         self.server.should_exit = True
-        self.thread.join(60)
+        self.thread.join(READY_CEILING_S)
         assert not self.thread.is_alive(), "uvicorn did not stop"
 
     @property
@@ -48,7 +49,7 @@ class ServerThread:
         return self.app.state.service
 
     def client(self) -> httpx.Client:
-        return httpx.Client(base_url=self.url, timeout=30)
+        return httpx.Client(base_url=self.url, timeout=READY_CEILING_S)
 
 
 StartServer = Callable[..., ServerThread]
@@ -65,15 +66,15 @@ def wait_for(
     client: httpx.Client,
     job_id: str,
     states: tuple[str, ...] = ("done", "failed", "cancelled"),
-    timeout: float = 60.0,
 ) -> dict[str, Any]:
-    """Poll the job until its state is in `states` (bounded by `timeout`)."""
-    deadline = time.monotonic() + timeout
+    """Poll the job until its state is in `states` (a failed or cancelled job ends the wait at
+    once; only a job stuck for the tests' wait ceiling fails it: `waits.py`)."""
+    at = deadline()
     while True:
         view = client.get(f"/v1/videos/{job_id}").json()
         if view["state"] in states:
             return dict(view)
-        assert time.monotonic() < deadline, f"job {job_id} stuck in {view}"
+        assert before(at), f"job {job_id} stuck in {view}"
         time.sleep(POLL_S)
 
 

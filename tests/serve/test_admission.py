@@ -11,6 +11,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from waits import READY_CEILING_S
+
 pytest.importorskip("fastapi")
 
 from serve_helpers import ServerThread, StartServer, files_under, submit, wait_for
@@ -92,7 +94,7 @@ def test_upload_bytes_held_are_bounded(start_server: StartServer, media_root: Pa
 
 def _half_sent(port: int, content_type: str, body: bytes) -> socket.socket:
     """A connection that sent the headers and half of `body`, then nothing more."""
-    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    sock = socket.create_connection(("127.0.0.1", port), timeout=READY_CEILING_S)
     head = (
         f"POST /v1/videos HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: {content_type}\r\n"
         f"Content-Length: {len(body)}\r\n\r\n"

@@ -40,7 +40,7 @@ def test_ten_concurrent_submissions_each_equal_cli(
     bodies[6].update(width=160, height=96)
     with server.client() as client, ThreadPoolExecutor(10) as pool:
         ids = list(pool.map(lambda body: submit(client, body), bodies))
-        views = [wait_for(client, job_id, timeout=120) for job_id in ids]
+        views = [wait_for(client, job_id) for job_id in ids]
         assert [v["state"] for v in views] == ["done"] * 10, views
         served = [client.get(f"/v1/videos/{i}/content").content for i in ids]
     assert server.service.scheduler.ahead_high_water <= 2

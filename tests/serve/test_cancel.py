@@ -7,6 +7,8 @@ import time
 
 import pytest
 
+from waits import before, deadline
+
 pytest.importorskip("fastapi")
 
 from serve_helpers import POLL_S, ServerThread, StartServer, files_under, submit, wait_for
@@ -22,10 +24,10 @@ def live_prepared_outputs() -> int:
     return sum(1 for obj in gc.get_objects() if type(obj) is PreparedOutput)
 
 
-def wait_until(predicate: object, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
+def wait_until(predicate: object) -> None:
+    at = deadline()
     while not predicate():  # type: ignore[operator]
-        assert time.monotonic() < deadline, "condition not reached"
+        assert before(at), "condition not reached"
         time.sleep(POLL_S)
 
 

@@ -13,37 +13,37 @@ pytest.importorskip("fastapi")
 from serve_helpers import StartServer, files_under, submit, wait_for
 
 from prenoise.observe.tracing import NULL_TRACER, Tracer
-from prenoise.ref2va.config import Recipe
 from prenoise.ref2va.pipeline import PreparedOutput, Ref2VAPipeline
+from prenoise.ref2va.request_plan import Ref2VARequestPlan
 
 
 class FlakyPipeline(Ref2VAPipeline):
     """Fails in a chosen stage for chosen seeds."""
 
-    def prepare(self, recipe: Recipe, *args: Any, **kwargs: Any) -> Any:
-        if recipe.seed == 668:
+    def prepare(self, plan: Ref2VARequestPlan, *args: Any, **kwargs: Any) -> Any:
+        if plan.recipe.seed == 668:
             raise MemoryError("simulated: out of memory while preparing")
-        return super().prepare(recipe, *args, **kwargs)
+        return super().prepare(plan, *args, **kwargs)
 
     def denoise(
-        self, recipe: Recipe, prepared: PreparedOutput, **kwargs: Any
+        self, plan: Ref2VARequestPlan, prepared: PreparedOutput, **kwargs: Any
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        if recipe.seed == 666:
+        if plan.recipe.seed == 666:
             raise RuntimeError("boom in\ndenoise")
-        return super().denoise(recipe, prepared, **kwargs)
+        return super().denoise(plan, prepared, **kwargs)
 
     def decode_and_write(
         self,
-        recipe: Recipe,
+        plan: Ref2VARequestPlan,
         video_rows: torch.Tensor,
         audio_rows: torch.Tensor,
         path: Path,
         *,
         tracer: Tracer = NULL_TRACER,
     ) -> Path:
-        if recipe.seed == 667 and path.stem.endswith("-1"):
+        if plan.recipe.seed == 667 and path.stem.endswith("-1"):
             raise OSError("disk full (simulated) writing the second output")
-        return super().decode_and_write(recipe, video_rows, audio_rows, path, tracer=tracer)
+        return super().decode_and_write(plan, video_rows, audio_rows, path, tracer=tracer)
 
 
 def test_failures_are_isolated(start_server: StartServer, pipeline: Ref2VAPipeline) -> None:

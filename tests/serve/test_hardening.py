@@ -11,6 +11,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from waits import READY_CEILING_S
+
 pytest.importorskip("fastapi")
 
 from serve_helpers import ServerThread, StartServer, files_under, submit, wait_for
@@ -159,7 +161,7 @@ def test_hostile_uploads_are_refused_at_their_caps(server: ServerThread, tmp_pat
 
 
 @pytest.fixture
-def held_decode(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+def held_decode(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
     """Decoding holds at frame 10 until `release` is set; `pulled` counts frames given."""
     state: dict[str, Any] = {
         "pulled": [],
@@ -173,11 +175,12 @@ def held_decode(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
             state["pulled"].append(1)
             if len(state["pulled"]) == 10:
                 state["reached"].set()
-                assert state["release"].wait(30)
+                assert state["release"].wait(READY_CEILING_S)
             yield frame
 
     monkeypatch.setattr(media, "iter_video_frames", holding)
-    return state
+    yield state
+    state["release"].set()  # a test that failed before releasing it leaves no decode held
 
 
 @pytest.fixture(scope="module")
@@ -191,7 +194,7 @@ def test_delete_while_preparing_stops_the_decode(
 ) -> None:
     with server.client() as client:
         job_id = submit(client, {"references": [{"path": long_reference}]})
-        assert held_decode["reached"].wait(30)
+        assert held_decode["reached"].wait(READY_CEILING_S)
         assert client.get(f"/v1/videos/{job_id}").json()["state"] == "preparing"
         assert client.delete(f"/v1/videos/{job_id}").status_code == 202
         held_decode["release"].set()
@@ -204,13 +207,13 @@ def test_shutdown_stops_a_preparing_job(
 ) -> None:
     with server.client() as client:
         job_id = submit(client, {"references": [{"path": long_reference}]})
-        assert held_decode["reached"].wait(30)
+        assert held_decode["reached"].wait(READY_CEILING_S)
     job = server.service.store.get(job_id)
     stopper = threading.Thread(target=server.stop)  # what SIGTERM does (uvicorn's handler)
     stopper.start()
-    assert job.cancel_requested.wait(30)
+    assert job.cancel_requested.wait(READY_CEILING_S)
     held_decode["release"].set()
-    stopper.join(60)
+    stopper.join(READY_CEILING_S)
     assert not stopper.is_alive()
     assert job.state.value == "cancelled"
     assert len(held_decode["pulled"]) == 10

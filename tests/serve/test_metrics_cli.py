@@ -13,6 +13,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from waits import READY_CEILING_S, before, deadline
+
 pytest.importorskip("fastapi")
 
 from serve_helpers import ServerThread, files_under, submit, wait_for
@@ -70,22 +72,22 @@ def test_prenoise_serve_subprocess(recipe_path: Path, media_root: Path, tmp_path
     env = {**os.environ, "COLUMNS": "200"}
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
     try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10) as client:
-            deadline = time.monotonic() + 60
-            while True:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=READY_CEILING_S) as client:
+            at = deadline()
+            while True:  # until /health answers; a serve that exited fails at once
                 assert proc.poll() is None, proc.communicate()[0].decode()
                 try:
                     if client.get("/health").status_code == 200:
                         break
                 except httpx.TransportError:
                     pass
-                assert time.monotonic() < deadline, "prenoise serve did not come up"
+                assert before(at), "prenoise serve did not come up"
                 time.sleep(0.1)
             job_id = submit(client, {"seed": 9, "references": [{"path": "ref.mp4"}]})
             assert wait_for(client, job_id)["state"] == "done"
             assert files_under(out) == [f"{job_id}.mp4"]
     finally:
         proc.send_signal(signal.SIGINT)
-        output = proc.communicate(timeout=60)[0].decode()
+        output = proc.communicate(timeout=READY_CEILING_S)[0].decode()
     assert proc.returncode == 0, output
     assert f"on http://127.0.0.1:{port}" in output

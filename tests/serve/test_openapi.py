@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 
+from waits import READY_CEILING_S
+
 pytest.importorskip("fastapi")
 
 from serve_helpers import StartServer, wait_for
@@ -67,7 +69,12 @@ def _run(command: str, url: str, cwd: Path) -> str:
         pytest.skip("curl is not installed")
     command = command.replace("http://127.0.0.1:8000", url)
     proc = subprocess.run(
-        ["bash", "-c", command], cwd=cwd, capture_output=True, text=True, timeout=60, check=False
+        ["bash", "-c", command],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=READY_CEILING_S,
+        check=False,
     )
     assert proc.returncode == 0, proc.stderr
     return proc.stdout

@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 
+from waits import before, deadline
+
 pytest.importorskip("prometheus_client")  # the scheduler's metrics (the `serve` extra)
 
 import torch
@@ -24,6 +26,7 @@ from prenoise.observe.tracing import NULL_TRACER, Tracer
 from prenoise.preparation import draws as draws_module
 from prenoise.ref2va.config import Recipe
 from prenoise.ref2va.pipeline import PreparedOutput, Ref2VAPipeline
+from prenoise.ref2va.request_plan import Ref2VARequestPlan, plan_request
 from prenoise.serve.jobs import TERMINAL, Job, JobState, JobStore
 from prenoise.serve.metrics import ServeMetrics, kernel_backend
 from prenoise.serve.scheduler import Scheduler
@@ -40,7 +43,7 @@ class DenoiserOnGlobalRNG(Ref2VAPipeline):
 
     def denoise(
         self,
-        recipe: Recipe,
+        plan: Ref2VARequestPlan,
         prepared: PreparedOutput,
         *,
         callback: Any = None,
@@ -48,7 +51,7 @@ class DenoiserOnGlobalRNG(Ref2VAPipeline):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         def denoise_with_dropout() -> tuple[torch.Tensor, torch.Tensor]:
             video, audio = Ref2VAPipeline.denoise(
-                self, recipe, prepared, callback=callback, tracer=tracer
+                self, plan, prepared, callback=callback, tracer=tracer
             )
             return dropout_on_global_rng(video), dropout_on_global_rng(audio)
 
@@ -62,10 +65,10 @@ def _drawing_seed(seed: int) -> Any:
     return matches
 
 
-def _wait_until_finished(jobs: list[Job], timeout_s: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout_s
+def _wait_until_finished(jobs: list[Job]) -> None:
+    at = deadline()
     while any(job.state not in TERMINAL for job in jobs):
-        assert time.monotonic() < deadline, [job.state for job in jobs]
+        assert before(at), [job.state for job in jobs]
         time.sleep(0.02)
 
 
@@ -77,14 +80,14 @@ def test_prepare_ahead_while_the_denoiser_draws_the_global_rng_changes_no_byte(
     monkeypatch.setattr(draws_module, "run_draw", parked)
     hostile = DenoiserOnGlobalRNG(pipeline.models, device=pipeline.device)
     hostile.handshake = handshake
-    recipes = [recipe.model_copy(update={"seed": seed}) for seed in SEEDS]
+    plans = [plan_request(recipe.model_copy(update={"seed": seed})) for seed in SEEDS]
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(GLOBAL_SEED)
         untouched = torch.get_rng_state()
         expected = [
-            hostile.generate(r, tmp_path / f"serial-{r.seed}.mp4").paths[0].read_bytes()
-            for r in recipes
+            hostile.generate(p, tmp_path / f"serial-{p.recipe.seed}.mp4").paths[0].read_bytes()
+            for p in plans
         ]
         after_serial = torch.get_rng_state()
 
@@ -93,7 +96,7 @@ def test_prepare_ahead_while_the_denoiser_draws_the_global_rng_changes_no_byte(
         scheduler = Scheduler(
             hostile, JobStore(), ServeMetrics(kernel_backend()), tmp_path / "out", prepare_ahead=1
         )
-        jobs = [Job(recipe=r) for r in recipes]
+        jobs = [Job(plan=p) for p in plans]
         scheduler.start()
         try:
             for job in jobs:

@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 
+from waits import before, deadline
+
 pytest.importorskip("fastapi")
 
 from serve_helpers import StartServer, submit, wait_for
@@ -51,9 +53,9 @@ def test_next_job_is_prepared_on_the_worker_before_the_executor_asks(
         first = submit(client, {"seed": 1, "steps": 5000})  # cancelled long before the end
         wait_for(client, first, ("denoising",))
         second = submit(client, {"seed": 2})
-        deadline = time.monotonic() + 60
+        at = deadline()
         while client.get(f"/v1/videos/{second}").json()["prepared_ahead"] != "ready":
-            assert time.monotonic() < deadline
+            assert before(at)
             time.sleep(0.02)
         assert client.get(f"/v1/videos/{first}").json()["state"] == "denoising"
         assert client.delete(f"/v1/videos/{first}").status_code == 202

@@ -8,6 +8,7 @@ import pytest
 pytest.importorskip("prometheus_client")  # the `serve` extra
 
 from prenoise.ref2va.config import Recipe
+from prenoise.ref2va.request_plan import plan_request
 from prenoise.serve.jobs import Job, JobState
 
 
@@ -28,7 +29,8 @@ from prenoise.serve.jobs import Job, JobState
 def test_progress_in_every_state(
     recipe: Recipe, state: JobState, outputs: int, expected: str
 ) -> None:
-    job = Job(recipe=recipe.model_copy(update={"steps": 8, "outputs": outputs}))
+    plan = plan_request(recipe.model_copy(update={"steps": 8, "outputs": outputs}))
+    job = Job(plan=plan)
     job.state, job.step, job.output_index = state, 5, 1
     view = job.view()
     assert view["progress"] == expected

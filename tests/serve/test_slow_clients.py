@@ -19,6 +19,8 @@ from typing import Any
 
 import pytest
 
+from waits import READY_CEILING_S
+
 pytest.importorskip("fastapi")
 
 from serve_helpers import ServerThread, StartServer, submit, wait_for
@@ -33,7 +35,7 @@ class Trickle:
     until the server answers or closes."""
 
     def __init__(self, port: int, head: bytes, rest: bytes) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=20)
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=READY_CEILING_S)
         self.sock.sendall(head)
         self.rest = rest
         self.stop = threading.Event()

@@ -5,7 +5,7 @@ Wan2.2 T2V and Stable Audio run their whole upstream `forward` (scheduler loop i
 `prepare_latents` (LTX-2: its module functions) are called directly on an object carrying only
 the attributes they read: running their whole forward would need their text encoders and VAEs.
 `draw_all` is what the tests compare, in this process and in an `ATEN_CPU_CAPABILITY=default`
-subprocess.
+subprocess (scalar_host.py).
 """
 
 from __future__ import annotations
@@ -417,7 +417,3 @@ def draw_all(wan: Any = None) -> dict[str, torch.Tensor]:
     out.update(draw_stable_audio())
     out.update(draw_module_globals())
     return out
-
-
-if __name__ == "__main__":  # the reference subprocess: upstream's draws, no prenoise
-    torch.save(draw_all(), sys.argv[1])

@@ -19,6 +19,7 @@ import pytest
 import tomllib
 
 from source_tree import REPO, copy_package_source
+from waits import READY_CEILING_S
 
 PIP = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
 
@@ -29,7 +30,13 @@ def _env() -> dict[str, str]:
 
 def _run(args: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
     proc = subprocess.run(
-        args, capture_output=True, text=True, timeout=600, check=False, env=_env(), **kwargs
+        args,
+        capture_output=True,
+        text=True,
+        timeout=READY_CEILING_S,
+        check=False,
+        env=_env(),
+        **kwargs,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc

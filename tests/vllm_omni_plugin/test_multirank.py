@@ -9,9 +9,11 @@ from __future__ import annotations
 import json
 import os
 import socket
+from multiprocessing.context import ForkServerContext
 from pathlib import Path
 from typing import Any
 
+import forked
 import pytest
 import torch
 import torch.multiprocessing as mp
@@ -70,9 +72,14 @@ def rank_main(rank: int, port: int, image: str, out: str) -> None:
 
 
 @pytest.mark.slow
-def test_two_ranks_prepare_ahead_and_match_plugin_off(image_ref: Path, tmp_path: Path) -> None:
+def test_two_ranks_prepare_ahead_and_match_plugin_off(
+    image_ref: Path, tmp_path: Path, vllm_forkserver: ForkServerContext
+) -> None:
     out = str(tmp_path / "rank")
-    mp.spawn(rank_main, args=(free_port(), str(image_ref), out), nprocs=2)
+    # forked from the session's server (torch and vllm imported there once: `forked.py`), each
+    # in the environment a spawned rank would have had
+    args = (dict(os.environ), rank_main, free_port(), str(image_ref), out)
+    mp.start_processes(forked.in_environ, args=args, nprocs=2, start_method="forkserver")
     noise = ("initial_video_noise", "initial_audio_noise", "visual_condition_noise")
     ranks = [json.loads(Path(f"{out}.{rank}").read_text()) for rank in (0, 1)]
     for stream in STREAMS:

@@ -15,8 +15,6 @@ import hashlib
 import json
 import os
 import platform
-import subprocess
-import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -24,6 +22,7 @@ from typing import Any
 import pytest
 import torch
 from release import UPSTREAM_AHEAD, first_output_worker
+from scalar_host import SEED, ScalarHost
 
 from cli_refusals import refused
 from prenoise.cli.commands import main
@@ -48,7 +47,6 @@ UPSTREAM_CODE_DRAWS = 6 if UPSTREAM_AHEAD else 3
 """Draws upstream's code makes (`serial_draws`), every one of them in the stream: output 1's
 three, and on 0.32.0rc1 the first output's three on upstream's own worker thread (which a context
 variable does not reach: `request.adopted`)."""
-REPO = Path(__file__).resolve().parents[2]
 
 
 def bits(tensor: torch.Tensor) -> torch.Tensor:
@@ -101,15 +99,6 @@ def test_x86_stream_prepared_and_serial_equal_upstream_natively(
 ENCODER_DEPENDENT = frozenset({"cond_anchor"})
 """`_build_denoise_inputs` fields that mix in the media encoders' CPU output (see above)."""
 
-_REFERENCE_SCRIPT = """
-import sys, torch
-from pathlib import Path
-from prenoise.integrations.vllm_omni.verification import H3Request, run_arm
-arm = run_arm(H3Request((Path(sys.argv[1]),), seed=int(sys.argv[2]), outputs=2), plugin_on=False)
-tensors = {n: v for n, v in arm.fields.items() if isinstance(v, torch.Tensor)}
-torch.save(tensors, sys.argv[3])
-"""
-
 
 def compared_across_hosts(fields: dict[str, Any]) -> dict[str, torch.Tensor]:
     """Every tensor field but those that depend on the encoders' arithmetic."""
@@ -120,33 +109,20 @@ def compared_across_hosts(fields: dict[str, Any]) -> dict[str, torch.Tensor]:
     }
 
 
-def upstream_on_default_capability(image: Path, seed: int, out: Path) -> dict[str, torch.Tensor]:
-    """Upstream's forward, plugin off, native, in a process whose torch draws with its scalar
-    (`default` capability) kernels: the libm stream's arithmetic."""
-    env = dict(os.environ, ATEN_CPU_CAPABILITY="default", HF_HUB_OFFLINE="1")
-    env.pop(NOISE_STREAM_ENV, None)
-    subprocess.run(
-        [sys.executable, "-c", _REFERENCE_SCRIPT, str(image), str(seed), str(out)],
-        env=env,
-        check=True,
-        cwd=REPO,
-        timeout=300,
-    )
-    loaded: dict[str, torch.Tensor] = torch.load(out)
-    return loaded
-
-
 @pytest.mark.parametrize("stream", ["libm"], indirect=True)
 def test_libm_stream_equals_upstream_on_a_scalar_host(
-    image_ref: Path, tmp_path: Path, stream: str
+    image_ref: Path, scalar_host: ScalarHost, stream: str
 ) -> None:
     """libm: the prepared draws (worker) and the serial ones (output 1, upstream's code on the
     request thread) equal what upstream draws where torch's CPU arithmetic is libm's — and differ
     from this host's native draws (so the comparison tests something). Every other
-    `_build_denoise_inputs` tensor is compared too, except `ENCODER_DEPENDENT`."""
-    reference = upstream_on_default_capability(image_ref, 7, tmp_path / "reference.pt")
+    `_build_denoise_inputs` tensor is compared too, except `ENCODER_DEPENDENT`. The reference:
+    upstream's forward, plugin off, native, in the `scalar_host` subprocess (scalar_host.py), whose
+    torch draws with its scalar (`default` capability) kernels: the libm stream's arithmetic."""
+    reference = scalar_host.h3
+    seed = SEED  # the request the reference ran
     expected = compared_across_hosts(reference)
-    on = run_arm(H3Request((image_ref,), seed=7, outputs=2), plugin_on=True)
+    on = run_arm(H3Request((image_ref,), seed=seed, outputs=2), plugin_on=True)
     got = compared_across_hosts(on.fields)
     assert set(got) == set(expected) and set(NOISE_FIELDS + SERIAL) <= set(got)
     assert len(got) > len(NOISE_FIELDS + SERIAL)  # the denoise inputs too
@@ -156,7 +132,9 @@ def test_libm_stream_equals_upstream_on_a_scalar_host(
     assert on.drawn_on["initial_video_noise"].startswith(WORKER)
     assert on.serial_draws == on.serial_streamed == UPSTREAM_CODE_DRAWS
     os.environ[NOISE_STREAM_ENV] = "native"
-    native = noise_of(run_arm(H3Request((image_ref,), seed=7, outputs=2), plugin_on=False).fields)
+    native = noise_of(
+        run_arm(H3Request((image_ref,), seed=seed, outputs=2), plugin_on=False).fields
+    )
     if torch.backends.cpu.get_cpu_capability() != "DEFAULT":
         assert not same_bits(native["initial_video_noise"], got["initial_video_noise"])
         assert not same_bits(native[SERIAL[0]], got[SERIAL[0]])

@@ -16,7 +16,6 @@ from __future__ import annotations
 import importlib
 import logging
 import os
-import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
@@ -27,6 +26,7 @@ from typing import Any
 import pipeline_standins as standins
 import pytest
 import torch
+from scalar_host import ScalarHost
 
 from prenoise.integrations.vllm_omni import digests, pipelines, support, wan_ahead
 from prenoise.integrations.vllm_omni.pipeline_targets import DRAW, ENTRY, TARGETS, StreamTarget
@@ -37,7 +37,6 @@ from prenoise.noise.stream_mode import draws_in_stream
 from prenoise.noise.streams import NoiseStreamError
 from prenoise.preparation.prediction import PredictionMismatchError
 
-REPO = Path(__file__).resolve().parents[2]
 PIPELINE_OF = {t.key: t.pipeline for t in TARGETS}
 WAN_AHEAD = support.current().wan_ahead
 """Wan2.2 T2V's latents are prepared ahead where `Wan22Pipeline.forward` and what the prediction
@@ -74,22 +73,10 @@ def upstream_draws() -> dict[str, torch.Tensor]:
 
 
 @pytest.fixture(scope="module")
-def scalar_host_draws(tmp_path_factory: pytest.TempPathFactory) -> dict[str, torch.Tensor]:
-    """Upstream's draws, no prenoise, where torch's CPU arithmetic is the libm stream's."""
-    out = tmp_path_factory.mktemp("scalar") / "draws.pt"
-    env = dict(os.environ, ATEN_CPU_CAPABILITY="default", HF_HUB_OFFLINE="1")
-    env.pop(NOISE_STREAM_ENV, None)
-    script = Path(standins.__file__)
-    subprocess.run(
-        [sys.executable, "-W", "ignore", str(script), str(out)],
-        env=env,
-        check=True,
-        cwd=REPO,
-        timeout=300,
-        capture_output=True,
-    )
-    loaded: dict[str, torch.Tensor] = torch.load(out)
-    return loaded
+def scalar_host_draws(scalar_host: ScalarHost) -> dict[str, torch.Tensor]:
+    """Upstream's draws, no prenoise, where torch's CPU arithmetic is the libm stream's (the
+    session's `scalar_host` subprocess, scalar_host.py)."""
+    return scalar_host.pipelines
 
 
 def in_stream(stream: str) -> tuple[dict[str, torch.Tensor], dict[str, int], dict[str, int]]:

@@ -3,11 +3,12 @@
 Run in every vLLM-Omni venv (`make pytest-vllm-omni`, `-031`, `-032`): the installed release's
 digests are the reviewed ones, its paths run as reviewed, and three scratch copies of the
 installed `vllm_omni` package (symlinks, one file replaced) named `0.33.0.dev0` show the gate at
-work in a fresh interpreter each: the unchanged code runs as the release it equals; an edited
-`MiniMaxH3Pipeline.encode_prompt` (a wrapped function the prepared-ahead path relies on) turns
-that path off alone, named once, with every output bitwise plugin-off's; an edited
-`_initial_noise` (a draw) leaves MiniMax-H3 to upstream: native runs it untouched, a named
-stream refuses its requests.
+work in a process each (forked from a server that imported only torch and vllm: vllm-omni and
+prenoise are imported from the scratch copy's path, as in a fresh interpreter): the unchanged
+code runs as the release it equals; an edited `MiniMaxH3Pipeline.encode_prompt` (a wrapped
+function the prepared-ahead path relies on) turns that path off alone, named once, with every
+output bitwise plugin-off's; an edited `_initial_noise` (a draw) leaves MiniMax-H3 to upstream:
+native runs it untouched, a named stream refuses its requests.
 """
 
 from __future__ import annotations
@@ -18,9 +19,11 @@ import os
 import subprocess
 import sys
 import textwrap
+from multiprocessing.context import ForkServerContext
 from pathlib import Path
 from typing import Any
 
+import forked
 import pytest
 from release import CODE, RELEASE
 
@@ -35,6 +38,7 @@ from prenoise.integrations.vllm_omni.reviewed import (
     SEEN_NOT_REVIEWED,
     WAN_AHEAD_PATH,
 )
+from waits import READY_CEILING_S
 
 REPO = Path(__file__).resolve().parents[2]
 PIPELINE = "vllm_omni.diffusion.models.minimax_h3.pipeline_minimax_h3"
@@ -100,7 +104,11 @@ def test_digests_read_no_module(monkeypatch: pytest.MonkeyPatch) -> None:
         "print(s.release, sorted(m for m in sys.modules if m.startswith(('vllm', 'torch'))))"
     )
     out = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, check=True
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=READY_CEILING_S,
     ).stdout.split(" ", 1)
     assert out[0] == RELEASE
     assert "vllm_omni" not in out[1] and "'vllm'" not in out[1]
@@ -175,17 +183,17 @@ _RUN = textwrap.dedent(
 
 
 def _run_scratch(
-    tmp: Path, edit: tuple[str, str, str] | None, streams: tuple[str, ...] = ("native",)
+    forkserver: ForkServerContext,
+    tmp: Path,
+    edit: tuple[str, str, str] | None,
+    streams: tuple[str, ...] = ("native",),
 ) -> dict[str, Any]:
-    """`_RUN` on a scratch copy in a fresh interpreter: two requests per noise stream."""
+    """`_RUN` on a scratch copy, two requests per noise stream, in a process forked from the
+    `vllm_forkserver` (torch and vllm imported once for the session; vllm-omni and prenoise
+    imported here from the scratch copy's path, as in a fresh interpreter: `forked.py`)."""
     root = _scratch(tmp / "site", edit)
     environ = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), str(REPO / "src")])}
-    done = subprocess.run(
-        [sys.executable, "-c", _RUN, str(tmp), *streams],
-        capture_output=True,
-        text=True,
-        env=environ,
-    )
+    done = forked.run(forkserver, _RUN, [str(tmp), *streams], environ, tmp)
     assert done.returncode == 0, done.stderr[-3000:]
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["file"].startswith(str(root))  # the scratch copy ran, not the venv's
@@ -194,9 +202,9 @@ def _run_scratch(
 
 @pytest.mark.slow
 def test_a_later_release_with_the_reviewed_code_runs_as_the_release_it_equals(
-    tmp_path: Path,
+    tmp_path: Path, vllm_forkserver: ForkServerContext
 ) -> None:
-    result = _run_scratch(tmp_path, None)
+    result = _run_scratch(vllm_forkserver, tmp_path, None)
     assert result["release"] == RELEASE and result["installed"]
     assert result["problems"] == CODE.problems
     for request in result["requests"]:
@@ -230,10 +238,12 @@ def _body_edit(method: str) -> tuple[str, str, str]:
 
 
 @pytest.mark.slow
-def test_an_edited_wrapped_function_turns_its_path_off_naming_it_once(tmp_path: Path) -> None:
+def test_an_edited_wrapped_function_turns_its_path_off_naming_it_once(
+    tmp_path: Path, vllm_forkserver: ForkServerContext
+) -> None:
     """`encode_prompt` (wrapped; the prepared-ahead path's multi-rank hand-over) edited: that
     path runs upstream's code, said once; every output is plugin-off's; nothing else changes."""
-    result = _run_scratch(tmp_path, _body_edit("encode_prompt"))
+    result = _run_scratch(vllm_forkserver, tmp_path, _body_edit("encode_prompt"))
     assert result["release"] is None and result["installed"]
     assert set(result["problems"]) == {H3_AHEAD_PATH}
     [line] = [line for line in result["lines"] if "encode_prompt" in line]
@@ -250,10 +260,14 @@ def test_an_edited_wrapped_function_turns_its_path_off_naming_it_once(tmp_path: 
 
 
 @pytest.mark.slow
-def test_an_edited_draw_leaves_minimax_h3_to_upstream(tmp_path: Path) -> None:
+def test_an_edited_draw_leaves_minimax_h3_to_upstream(
+    tmp_path: Path, vllm_forkserver: ForkServerContext
+) -> None:
     """`_initial_noise` edited: native runs upstream's MiniMax-H3 code untouched (only `forward`
     is wrapped, and passes the request on); a named stream refuses the request."""
-    result = _run_scratch(tmp_path, _body_edit("_initial_noise"), ("native", "x86"))
+    result = _run_scratch(
+        vllm_forkserver, tmp_path, _body_edit("_initial_noise"), ("native", "x86")
+    )
     assert H3_STREAMS_PATH in result["problems"] and H3_AHEAD_PATH in result["problems"]
     [said] = [
         line for line in result["lines"] if "MiniMax-H3 runs upstream's code untouched" in line

@@ -21,6 +21,7 @@ import pytest
 from prenoise.integrations.vllm_omni import logs
 from prenoise.integrations.vllm_omni.request import DrawRecord, RequestPreparation
 from prenoise.integrations.vllm_omni.settings import PluginSettings
+from waits import READY_CEILING_S
 
 _WORKER = """
 import sys
@@ -42,7 +43,7 @@ def _worker_log(image_ref: Path, seed: int, **env: str) -> str:
         env={**environ, "VLLM_LOGGING_COLOR": "0", **env},
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=READY_CEILING_S,
         check=False,
     )
     assert proc.returncode != 0  # the seed 2**64 request: upstream's own error ends the script

@@ -9,6 +9,7 @@ import pytest
 from release import RELEASE
 
 from prenoise.integrations.vllm_omni import status, support
+from waits import READY_CEILING_S
 
 ACTIVE = "active in every vLLM-Omni process (MiniMax-H3, stream native)"
 CODE = f"code of {RELEASE}"  # every path on, on every reviewed release
@@ -88,7 +89,7 @@ def _doctor(**env: str) -> subprocess.CompletedProcess[str]:
         env={"COLUMNS": "200", "PATH": "/usr/bin:/bin", **env},
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=READY_CEILING_S,
         check=False,
     )
 

@@ -206,13 +206,13 @@ def _stage_table(heading: str, seconds: dict[str, float]) -> Table:
 def _cmd_generate(args: argparse.Namespace) -> int:
     from prenoise.ref2va.cli_options import load_models, recipe_from_args
     from prenoise.ref2va.pipeline import Ref2VAPipeline
-    from prenoise.ref2va.request_budget import check_request
+    from prenoise.ref2va.request_plan import plan_request
     from prenoise.ref2va.sampler import StepInfo
 
     recipe = recipe_from_args(args)
     missing = check_request_outputs(args, recipe)
     out = generate_out_path(args, recipe)
-    check_request(recipe)  # too big or bad media fails here, before any model work
+    plan = plan_request(recipe)  # too big or bad media fails here, before any model work
     with CommandProgress(console, "generate", quiet=args.quiet) as progress:
         progress.stage("load models")
         pipeline = Ref2VAPipeline(load_models(recipe), device=recipe.device)
@@ -224,7 +224,7 @@ def _cmd_generate(args: argparse.Namespace) -> int:
             progress.advance(info.step)
 
         result = pipeline.generate(
-            recipe,
+            plan,
             out,
             args.arm,
             on_stage=on_stage,
@@ -243,16 +243,16 @@ def _cmd_generate(args: argparse.Namespace) -> int:
 def _cmd_verify(args: argparse.Namespace) -> int:
     from prenoise.ref2va.cli_options import load_models, recipe_from_args
     from prenoise.ref2va.pipeline import Ref2VAPipeline
-    from prenoise.ref2va.request_budget import check_request
+    from prenoise.ref2va.request_plan import plan_request
     from prenoise.ref2va.verification import NOISE_FIELDS, verify_recipe, verify_timing
 
     recipe = recipe_from_args(args)
     missing = check_request_outputs(args, recipe)
-    check_request(recipe)
+    plan = plan_request(recipe)
     with CommandProgress(console, "verify", quiet=args.quiet) as progress:
         progress.stage("load models")
         pipeline = Ref2VAPipeline(load_models(recipe), device=recipe.device)
-        result = verify_recipe(pipeline, recipe, on_stage=progress.stage)
+        result = verify_recipe(pipeline, plan, on_stage=progress.stage)
     report = result.to_json()
     table = Table(title=title(f"{recipe.name}: serial vs overlapped"))
     for column in ("field", "equal", "shape", "sha256 (serial)"):
@@ -273,7 +273,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
         with CommandProgress(console, "verify", quiet=args.quiet) as progress:
             config = BenchConfig(args.pairs, warmup=0)
-            summary = run_bench(pipeline, recipe, config, on_request=progress.stage).summary
+            summary = run_bench(pipeline, plan, config, on_request=progress.stage).summary
         timing = bench_timing(summary)
         report["paired_timings"] = {
             k: summary[k] for k in ("pairs", "serial", "overlapped", "delta")
@@ -359,16 +359,16 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     from prenoise.ref2va.bench import BenchConfig, run_bench
     from prenoise.ref2va.cli_options import load_models, recipe_from_args
     from prenoise.ref2va.pipeline import Ref2VAPipeline
-    from prenoise.ref2va.request_budget import check_request
+    from prenoise.ref2va.request_plan import plan_request
 
     recipe = recipe_from_args(args)
     missing = check_request_outputs(args, recipe)
-    check_request(recipe)
+    plan = plan_request(recipe)
     config = BenchConfig(args.pairs, args.warmup, args.full, args.encoder_threads)
     with CommandProgress(console, "bench", quiet=args.quiet) as progress:
         progress.stage("load models")
         pipeline = Ref2VAPipeline(load_models(recipe), device=recipe.device)
-        result = run_bench(pipeline, recipe, config, on_request=progress.stage)
+        result = run_bench(pipeline, plan, config, on_request=progress.stage)
     summary = result.summary
     console.print(_bench_table(summary))
     _print_attribution(summary["attribution"])

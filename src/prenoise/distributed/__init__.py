@@ -1,7 +1,7 @@
 """The Ref2VA pipeline on `torch.distributed`, with noise preparation shared per host.
 
-Run `torchrun --nproc-per-node N -m prenoise generate|verify|bench --recipe R`: rank 0 resolves
-the request and broadcasts it (`request`), the ranks of a host draw each noise stream once into
+Run `torchrun --nproc-per-node N -m prenoise generate|verify|bench --recipe R`: rank 0 plans the
+request and broadcasts its plan (`request`), the ranks of a host draw each noise stream once into
 shared memory (`host_noise`, `shm`), every rank builds bitwise-identical denoise inputs, and the
 transformer runs sequence-parallel over row shards (`sequence_parallel`, `runner`). Failures and
 hangs fail every rank within `parallel.timeout_s` (`status`). `launch.spawn_ranks` starts local

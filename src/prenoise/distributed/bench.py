@@ -237,9 +237,9 @@ def _bench(
                 )
     if runner.ctx.rank != 0:
         return None
-    geo = request.geometry
+    geo = request.plan.geometry
     return {
-        "recipe": request.recipe_data["name"],
+        "recipe": request.plan.recipe.name,
         "ranks": runner.ctx.world_size,
         "arm": arm,
         "pairs": pairs,

@@ -11,10 +11,10 @@ Options the single process reads but this path does not implement (`generate
 `prenoise.cli.torchrun_options` refuses them before any work; every other option is read here or
 reaches the ranks in the broadcast recipe.
 
-The request check of the single process (`check_request`: memory budget, media caps) runs on
-rank 0 once the process group is up, before any rank loads a model (`broadcast_check`). A request
-it refuses ends the job as one process would end: its one line, printed by local rank 0 of each
-host, nothing written, every rank exit status 2.
+The request check of the single process (`plan_request`: memory budget, media caps) runs on
+rank 0 once the process group is up, before any rank loads a model (`broadcast_request`), and its
+plan is what every rank works from. A request it refuses ends the job as one process would end:
+its one line, printed by local rank 0 of each host, nothing written, every rank exit status 2.
 
 Exit status: 0 success, 1 a failed check or a failed rank, 2 a user error (as the plain CLI).
 """
@@ -38,7 +38,6 @@ from prenoise.distributed.request import (
     REQUEST_REFUSALS,
     RequestRefusedError,
     ResolvedRequest,
-    broadcast_check,
     broadcast_request,
 )
 from prenoise.distributed.runner import DistributedRef2VA
@@ -114,7 +113,7 @@ def run_distributed(args: argparse.Namespace) -> int:
     ctx = init_distributed(parallel.timeout_s, recipe.device)
     try:
         try:  # the single process's request check, on rank 0, before any rank loads a model
-            broadcast_check(ctx, recipe)
+            request = broadcast_request(ctx, recipe if ctx.rank == 0 else None)
         except RequestRefusedError as refused:  # the other ranks, told by rank 0
             return _refuse(ctx, refused)
         except REQUEST_REFUSALS as refused:  # rank 0
@@ -131,7 +130,6 @@ def run_distributed(args: argparse.Namespace) -> int:
             else:
                 models = Ref2VAModels.default(recipe.model, device=ctx.device)
             runner = DistributedRef2VA(ctx, models, parallel)
-            request = broadcast_request(ctx, recipe if ctx.rank == 0 else None, models)
             command = {"generate": _generate, "verify": _verify, "bench": _bench}[args.command]
             report = command(args, ctx, runner, request, progress)
         status = report()
@@ -159,7 +157,7 @@ def _generate(
     request: ResolvedRequest,
     progress: CommandProgress,
 ) -> Report:
-    recipe = request.recipe()
+    recipe = request.plan.recipe
     out = Path(args.out) if args.out else recipe.output_dir / f"{recipe.name}.mp4"
 
     def on_stage(name: str) -> None:

@@ -1,12 +1,12 @@
 """Host-shared noise: the ranks of one host split the draw streams and write each value once.
 
-For one output seed the contract's streams (video, audio, one per visual condition; each on its
-own fresh generator) are assigned whole to the host's ranks (largest first, to the least-loaded
-rank). Each field of `NoiseFields` is one shared segment; the conditions' streams are written at
-their row offsets of one segment, so the concatenated field is a plain view. The host leader
-creates the segments, every rank maps them, draws its streams into them and reports; the leader
-unlinks the names once all have mapped. Every rank then holds views of the same memory: values
-bitwise equal to `run_stream` of each stream, i.e. to a single-process serial draw.
+For one output the contract's streams as planned (`OutputDraws`: video, audio, one per visual
+condition; each on its own fresh generator) are assigned whole to the host's ranks (largest first,
+to the least-loaded rank). Each field of `NoiseFields` is one shared segment; the conditions'
+streams are written at their row offsets of one segment, so the concatenated field is a plain view.
+The host leader creates the segments, every rank maps them, draws its streams into them and reports;
+the leader unlinks the names once all have mapped. Every rank then holds views of the same memory:
+values bitwise equal to `run_stream` of each stream, i.e. to a single-process serial draw.
 
 A rank whose draw fails reports the original error text and re-raises it; the others raise
 `RankFailedError` carrying that text. A rank that does not report within `timeout_s` makes the
@@ -37,12 +37,10 @@ from prenoise.noise import streams as noise_streams
 from prenoise.noise.layouts import Patchify
 from prenoise.observe.tracing import NULL_TRACER, Category, Tracer
 from prenoise.preparation.draws import Stream, fill_normal_, run_stream
-from prenoise.ref2va.geometry import RequestGeometry
-from prenoise.ref2va.noise import NoiseFields, condition_streams, initial_noise_streams
+from prenoise.ref2va.noise import NoiseFields, OutputDraws
 
 __all__ = ["HostSharedNoise", "StreamJob", "assign_streams", "draw_into", "plan_jobs"]
 
-LatentShape = tuple[int, int, int]
 FIELDS = ("initial_video_noise", "initial_audio_noise", "visual_condition_noise")
 
 
@@ -74,18 +72,11 @@ def assign_streams(numels: list[int], n_ranks: int) -> list[int]:
 
 
 def plan_jobs(
-    seed: int,
-    geo: RequestGeometry,
-    shapes: list[LatentShape],
-    n_ranks: int,
-    noise_stream: str = noise_streams.NATIVE,
+    draws: OutputDraws, n_ranks: int
 ) -> tuple[list[StreamJob], dict[str, tuple[int, ...] | None]]:
-    """The jobs of one output in `noise_stream`, and each field's full shape (None: no visual
-    conditions)."""
-    video, audio = initial_noise_streams(
-        seed, geo.T, geo.h, geo.w, geo.audio_t, noise_stream=noise_stream
-    )
-    conds = condition_streams(seed, geo.T, shapes, noise_stream=noise_stream)
+    """The jobs of one output's streams (`draws`, in their noise stream) over `n_ranks` host
+    ranks, and each field's full shape (None: no visual conditions)."""
+    video, audio, conds = draws.video, draws.audio, draws.conditions
     streams = [video, audio, *conds]
     owners = assign_streams([s.numel for s in streams], n_ranks)
     jobs = [StreamJob(video, FIELDS[0], 0, owners[0]), StreamJob(audio, FIELDS[1], 0, owners[1])]
@@ -132,9 +123,7 @@ def draw_into(stream: Stream, out: torch.Tensor) -> None:
 class _Batch:
     """The shared draws of one output seed, in flight or done."""
 
-    seed: int
-    shapes: list[LatentShape]
-    noise_stream: str
+    draws: OutputDraws
     jobs: list[StreamJob]
     field_shapes: dict[str, tuple[int, ...] | None]
     paths: dict[str, str] = field(default_factory=dict)
@@ -142,13 +131,19 @@ class _Batch:
     error: BaseException | None = None
     thread: threading.Thread | None = None
 
+    @property
+    def seed(self) -> int:
+        """The output's seed (names its store keys and segments)."""
+        return self.draws.seed
+
 
 class HostSharedNoise:
     """A `NoiseSource` (see `Ref2VAPipeline`) drawing each output's streams once per host.
 
-    `start(seed, ...)` begins an output's shared draws on a background thread (call it before
-    encoding to overlap them); calling the object (as the pipeline's noise source) takes the
-    result, starting and taking at once when nothing was started for that seed. `close()` unlinks
+    `start(draws)` begins an output's shared draws on a background thread (call it before
+    encoding to overlap them, with the plan's `outputs[i]`); calling the object (as the
+    pipeline's noise source) takes the result, starting and taking at once when nothing was
+    started for that seed. `close()` unlinks
     every name this object knows and drops unfinished batches; use it in a `finally`.
     """
 
@@ -174,18 +169,14 @@ class HostSharedNoise:
         self._known_paths: list[str] = []
 
     # -- background side -------------------------------------------------------------------------
-    def start(
-        self,
-        seed: int,
-        geo: RequestGeometry,
-        shapes: list[LatentShape],
-        noise_stream: str = noise_streams.NATIVE,
-    ) -> None:
-        """Begin the shared draws of output `seed`, in `noise_stream`, on a background thread."""
+    def start(self, draws: OutputDraws) -> None:
+        """Begin the shared draws of one output's streams (`draws`, in their noise stream) on
+        a background thread."""
+        seed = draws.seed
         if seed in self.batches:
             raise RuntimeError(f"host-shared draws of seed {seed} already started")
-        jobs, field_shapes = plan_jobs(seed, geo, list(shapes), len(self.host_ranks), noise_stream)
-        batch = _Batch(seed, list(shapes), noise_stream, jobs, field_shapes)
+        jobs, field_shapes = plan_jobs(draws, len(self.host_ranks))
+        batch = _Batch(draws, jobs, field_shapes)
         self.batches[seed] = batch
         batch.thread = threading.Thread(
             target=self._run, args=(batch,), name=f"host-noise-{seed}", daemon=True
@@ -241,26 +232,19 @@ class HostSharedNoise:
             unlink_segment(Path(path))
 
     # -- request side ----------------------------------------------------------------------------
-    def __call__(
-        self,
-        seed: int,
-        geo: RequestGeometry,
-        shapes: list[LatentShape],
-        noise_stream: str,
-        tracer: Tracer,
-    ) -> NoiseFields:
-        """The output's noise in `noise_stream`, bitwise equal to the serial draw in it (see the
-        class docstring)."""
-        shapes = list(shapes)
+    def __call__(self, draws: OutputDraws, tracer: Tracer) -> NoiseFields:
+        """The output's noise: `run_stream` of each of `draws`' streams (the planned streams for
+        the encoded shapes), bit for bit, in their noise stream (see the class docstring)."""
+        seed, noise_stream = draws.seed, draws.noise_stream
         if seed not in self.batches:
-            self.start(seed, geo, shapes, noise_stream)
+            self.start(draws)
         else:
             self.started_ahead.add(seed)
         batch = self.batches.pop(seed)
-        if batch.noise_stream != noise_stream:  # started for another request's stream: a bug
+        if batch.draws.noise_stream != noise_stream:  # started for another request's stream: a bug
             raise RuntimeError(
                 f"host-shared draws of seed {seed} were started in noise stream "
-                f"{batch.noise_stream!r}, the request draws {noise_stream!r}"
+                f"{batch.draws.noise_stream!r}, the request draws {noise_stream!r}"
             )
         with tracer.span("wait:host_shared_noise", Category.WAIT):
             self._take(batch)
@@ -269,12 +253,14 @@ class HostSharedNoise:
             for name, shape in batch.field_shapes.items()
         }
         cond = fields[FIELDS[2]]
-        if batch.shapes != shapes:  # prediction missed: redraw the conditions here (identical
+        predicted, encoded = batch.draws.condition_shapes, draws.condition_shapes
+        if predicted != encoded:  # prediction missed: redraw the conditions here (identical
             # on every rank, so the ranks still agree), keep the shared video and audio
-            self.fallbacks.append(f"seed {seed}: predicted {batch.shapes}, encoded {shapes}")
+            self.fallbacks.append(
+                f"seed {seed}: predicted {list(predicted)}, encoded {list(encoded)}"
+            )
             with tracer.span("draw:visual_condition_noise", Category.NOISE):
-                streams = condition_streams(seed, geo.T, shapes, noise_stream=noise_stream)
-                parts = [run_stream(s)[s.name] for s in streams]
+                parts = [run_stream(s)[s.name] for s in draws.conditions]
                 cond = None if not parts else parts[0] if len(parts) == 1 else torch.cat(parts)
         video, audio = fields[FIELDS[0]], fields[FIELDS[1]]
         assert video is not None and audio is not None

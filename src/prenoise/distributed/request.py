@@ -1,13 +1,15 @@
-"""Rank 0 resolves a request and broadcasts it; every rank then works from the same resolution.
+"""Rank 0 plans a request and broadcasts the plan; every rank then works from that one plan.
 
-Resolution = the validated recipe (as JSON data), its geometry, every output seed, the predicted
-visual-condition shapes (from the very VAE methods the encoder uses) and a request id that names
-the request's store keys and shared segments. If rank 0 fails to resolve, the other ranks raise
-`RankFailedError` with its original error text instead of waiting.
+Resolution = the request's `Ref2VARequestPlan` (`plan_request`: the single-process request check
+of memory budget and media caps, which also resolves the geometry, the predicted visual-condition
+shapes, from the very alignment rule the encoder uses, and every output's streams) and a request
+id that names the request's store keys and shared segments. No rank resolves any of it again.
 
-Before that, before any rank loads a model, `broadcast_check` runs the single-process request
-check (`check_request`: memory budget, media caps) on rank 0 and sends its verdict: a request it
-refuses stops every rank (`RequestRefusedError` on the others) with rank 0's text.
+`broadcast_request` runs on every rank once the process group is up, before any rank loads a
+model: rank 0 plans the request and sends the plan, or its refusal. A request the check refuses
+stops every rank (`RequestRefusedError` on the others) with rank 0's text; any other failure of
+rank 0 makes the other ranks raise `RankFailedError` with its original error text instead of
+waiting.
 """
 
 from __future__ import annotations
@@ -23,69 +25,59 @@ from prenoise.distributed.status import RankFailedError, describe_error
 from prenoise.guards.atomic import OutputWriteError
 from prenoise.guards.budget import BudgetExceededError
 from prenoise.ref2va.config import Recipe
-from prenoise.ref2va.geometry import RequestGeometry
 from prenoise.ref2va.media.caps import MediaError
-from prenoise.ref2va.models import Ref2VAModels
-from prenoise.ref2va.references import predict_reference_shape
-from prenoise.ref2va.request_budget import check_request
+from prenoise.ref2va.request_plan import Ref2VARequestPlan, plan_request
 
 __all__ = [
     "REQUEST_REFUSALS",
     "RequestRefusedError",
     "ResolvedRequest",
-    "broadcast_check",
     "broadcast_request",
     "resolve_request",
 ]
-
-LatentShape = tuple[int, int, int]
 
 REQUEST_REFUSALS: tuple[type[Exception], ...] = (
     BudgetExceededError,
     MediaError,
     OutputWriteError,
 )
-"""How `check_request` refuses a request (a synthetic reference it writes: `OutputWriteError`):
+"""How `plan_request` refuses a request (a synthetic reference it writes: `OutputWriteError`):
 user errors, which the single-process CLI reports in one line with exit status 2."""
 
 
 @dataclass(frozen=True)
 class ResolvedRequest:
-    """What every rank needs to build identical denoise inputs."""
+    """What every rank needs to build identical denoise inputs: rank 0's plan, under one id."""
 
     request_id: str
-    recipe_data: dict[str, Any]
-    geometry: RequestGeometry
-    seeds: tuple[int, ...]
-    predicted_shapes: tuple[LatentShape, ...]
-
-    def recipe(self) -> Recipe:
-        """The recipe, re-validated from the broadcast data (identical on every rank)."""
-        recipe = Recipe.model_validate(self.recipe_data)
-        if recipe.geometry() != self.geometry:
-            raise RuntimeError("the broadcast geometry differs from this rank's recipe geometry")
-        return recipe
+    plan: Ref2VARequestPlan
 
 
 class RequestRefusedError(Exception):
     """Rank 0's request check refused the request; the message is rank 0's error text."""
 
 
-def broadcast_check(ctx: DistContext, recipe: Recipe) -> None:
-    """Rank 0 checks `recipe` as a single process does (`check_request`) and broadcasts the
-    verdict; call it on every rank before any model is loaded.
+def resolve_request(recipe: Recipe) -> ResolvedRequest:
+    """Plan `recipe` on this process (`plan_request`: budget, media caps, geometry, predicted
+    condition shapes, streams) under a fresh request id."""
+    return ResolvedRequest(request_id=uuid.uuid4().hex[:12], plan=plan_request(recipe))
 
-    Returns on every rank when the check passed. When it raised, rank 0 re-raises its exception;
-    the other ranks raise `RequestRefusedError` with its text when it is one of
-    `REQUEST_REFUSALS`, else `RankFailedError` with `Type: text`. (Rank 0 checks again in
-    `resolve_request` and every rank in the preparation, as a single process does in
-    `Ref2VAPipeline.prepare`.)
+
+def broadcast_request(ctx: DistContext, recipe: Recipe | None) -> ResolvedRequest:
+    """Rank 0 plans `recipe` (`resolve_request`) and sends the result; the other ranks pass None
+    and receive it. Call it on every rank before any model is loaded.
+
+    Returns the same `ResolvedRequest` on every rank when rank 0's check passed. When it
+    raised, rank 0 re-raises its exception; the other ranks raise `RequestRefusedError` with
+    its text when it is one of `REQUEST_REFUSALS`, else `RankFailedError` with `Type: text`.
     """
-    payload: list[Any] = [None]  # None: accepted; (refused, text): rank 0's check raised
+    payload: list[Any] = [None]  # the request, or (refused, text): rank 0's check raised
     error: Exception | None = None
     if ctx.rank == 0:
+        if recipe is None:
+            raise ValueError("rank 0 needs the recipe")
         try:
-            check_request(recipe)
+            payload[0] = resolve_request(recipe)
         except Exception as exc:
             error = exc
             refused = isinstance(exc, REQUEST_REFUSALS)
@@ -93,53 +85,10 @@ def broadcast_check(ctx: DistContext, recipe: Recipe) -> None:
     dist.broadcast_object_list(payload, src=0, group=ctx.cpu_group)
     if error is not None:
         raise error
-    if payload[0] is not None:
+    if isinstance(payload[0], tuple):
         refused, text = payload[0]
         if refused:
             raise RequestRefusedError(text)
         raise RankFailedError(f"rank 0 failed to check the request: {text}")
-
-
-def resolve_request(recipe: Recipe, models: Ref2VAModels) -> ResolvedRequest:
-    """Resolve on this process: check the request (budget, media caps), predict condition shapes."""
-    headers = check_request(recipe).headers
-    width, height = recipe.size()
-    vae = models.video_vae
-    predicted = tuple(
-        shape
-        for spec, header in zip(recipe.references, headers, strict=True)
-        if (shape := predict_reference_shape(spec, vae, width, height, header)) is not None
-    )
-    return ResolvedRequest(
-        request_id=uuid.uuid4().hex[:12],
-        recipe_data=recipe.model_dump(mode="json"),
-        geometry=recipe.geometry(),
-        seeds=tuple(recipe.output_seed(i) for i in range(recipe.outputs)),
-        predicted_shapes=predicted,
-    )
-
-
-def broadcast_request(
-    ctx: DistContext, recipe: Recipe | None, models: Ref2VAModels
-) -> ResolvedRequest:
-    """Rank 0 resolves `recipe` and sends the result; other ranks pass None and receive it.
-
-    Raises on every rank when rank 0's resolution failed (the original exception on rank 0).
-    """
-    payload: list[Any] = [None]
-    error: BaseException | None = None
-    if ctx.rank == 0:
-        if recipe is None:
-            raise ValueError("rank 0 needs the recipe")
-        try:
-            payload[0] = resolve_request(recipe, models)
-        except Exception as exc:
-            error = exc
-            payload[0] = describe_error(exc)
-    dist.broadcast_object_list(payload, src=0, group=ctx.cpu_group)
-    if error is not None:
-        raise error
-    if isinstance(payload[0], str):
-        raise RankFailedError(f"rank 0 failed to resolve the request: {payload[0]}")
     assert isinstance(payload[0], ResolvedRequest)
     return payload[0]

@@ -1,12 +1,13 @@
 """A Ref2VA request on every rank of a job: shared preparation, sequence-parallel denoising.
 
-`DistributedRef2VA.prepare` runs the same preparation on every rank from rank 0's broadcast
-resolution. With `host_shared_noise` the ranks of a host split the draw streams (started before
-encoding, so the draws overlap it) and map one shared copy; otherwise every rank draws everything
-itself with the pipeline's own arm. Either way every rank's prepared fields are bitwise equal to
-a single-process serial preparation (`prenoise.distributed.verification` proves it). A failure
-on any rank fails the request on every rank with the original text; a dead or hung rank fails the
-others after `timeout_s`.
+`DistributedRef2VA.prepare` runs the same preparation on every rank from rank 0's broadcast plan
+(`ResolvedRequest.plan`: geometry, predicted shapes and streams resolved once, on rank 0). With
+`host_shared_noise` the ranks of a host split the draw streams (started before encoding, so the
+draws overlap it) and map one shared copy; otherwise every rank draws everything itself with the
+pipeline's own arm. Either way every rank's prepared fields are bitwise equal to a single-process
+serial preparation (`prenoise.distributed.verification` proves it). A failure on any rank fails the
+request on every rank with the original text; a dead or hung rank fails the others after
+`timeout_s`.
 
 `denoise` gives each rank a contiguous shard of the video and audio rows (only that shard goes to
 the device) and runs the sampler with `SequenceParallelTransformer`; the result is gathered on
@@ -33,7 +34,7 @@ from prenoise.distributed.sequence_parallel import (
 from prenoise.distributed.status import StatusBoard
 from prenoise.distributed.tensor_parallel import TensorParallelTextEncoder, shard_text_encoder
 from prenoise.observe.tracing import NULL_TRACER, Category, Tracer
-from prenoise.ref2va.config import ParallelConfig, Recipe
+from prenoise.ref2va.config import ParallelConfig
 from prenoise.ref2va.models import Ref2VAModels
 from prenoise.ref2va.pipeline import (
     Arm,
@@ -42,6 +43,7 @@ from prenoise.ref2va.pipeline import (
     output_path,
     stage_seconds,
 )
+from prenoise.ref2va.request_plan import Ref2VARequestPlan
 from prenoise.ref2va.sampler import FlowEulerSampler, StepCallback
 
 __all__ = ["DistributedPrepared", "DistributedRef2VA"]
@@ -102,7 +104,7 @@ class DistributedRef2VA:
         Ends with a status barrier: returns only when every rank prepared successfully.
         """
         shared = self.parallel.host_shared_noise if host_shared is None else host_shared
-        recipe = request.recipe()
+        plan = request.plan
         board, attempt = self._board(request)
         provider: HostSharedNoise | None = None
         try:
@@ -116,20 +118,15 @@ class DistributedRef2VA:
                     tracer,
                 )
                 if arm == "overlapped":  # draws overlap encoding, from the broadcast prediction
-                    provider.start(
-                        request.seeds[0],
-                        request.geometry,
-                        list(request.predicted_shapes),
-                        recipe.noise_stream,
-                    )
+                    provider.start(plan.outputs[0])
                 pipeline = Ref2VAPipeline(self.models, device="cpu", noise_source=provider)
                 outputs, _ = pipeline.prepare_outputs(
-                    recipe, "serial", keep_noise=keep_noise, tracer=tracer
+                    plan, "serial", keep_noise=keep_noise, tracer=tracer
                 )
-                outputs[0].used_prepared_noise = request.seeds[0] in provider.started_ahead
+                outputs[0].used_prepared_noise = plan.outputs[0].seed in provider.started_ahead
             else:
                 outputs, _ = self.pipeline.prepare_outputs(
-                    recipe, arm, keep_noise=keep_noise, tracer=tracer
+                    plan, arm, keep_noise=keep_noise, tracer=tracer
                 )
         except BaseException as exc:
             board.post_error("preparation", exc)
@@ -145,7 +142,7 @@ class DistributedRef2VA:
     # -- denoising -----------------------------------------------------------------------------
     def denoise(
         self,
-        recipe: Recipe,
+        plan: Ref2VARequestPlan,
         prepared: PreparedOutput,
         *,
         callback: StepCallback | None = None,
@@ -183,6 +180,7 @@ class DistributedRef2VA:
         inputs.condition_rows = inputs.audio_condition_rows = None
         mask = inputs.text_mask
         velocity = sp.velocity_fn(inputs.text.to(device), summary, mask)
+        recipe = plan.recipe
         sampler = FlowEulerSampler(recipe.steps, recipe.shift_video, recipe.shift_audio)
         with tracer.span("denoise", Category.DENOISE, steps=recipe.steps, ranks=world):
             v_out, a_out = sampler.sample(velocity, video_shard, audio_shard, callback=callback)
@@ -207,7 +205,7 @@ class DistributedRef2VA:
         """
         tracer = tracer or Tracer()
         stage = on_stage or (lambda _name: None)
-        recipe = request.recipe()
+        plan = request.plan
         stage("prepare")
         prepared = self.prepare(request, arm, tracer=tracer)
         paths: list[Path] = []
@@ -215,13 +213,13 @@ class DistributedRef2VA:
         for index in range(len(outputs)):
             stage(f"denoise output {index}")
             output = outputs.pop(0)  # hand the inputs over: the host noise dies with them
-            video, audio = self.denoise(recipe, output, callback=callback, tracer=tracer)
+            video, audio = self.denoise(plan, output, callback=callback, tracer=tracer)
             del output
             if self.ctx.rank == 0:
                 stage(f"decode output {index}")
                 paths.append(
                     self.pipeline.decode_and_write(
-                        recipe, video, audio, output_path(out, index), tracer=tracer
+                        plan, video, audio, output_path(out, index), tracer=tracer
                     )
                 )
         return paths, stage_seconds(tracer)

@@ -68,7 +68,7 @@ def field_digests(outputs: list[PreparedOutput]) -> Digests:
 
 def single_process_digests(pipeline: Ref2VAPipeline, request: ResolvedRequest) -> Digests:
     """Digests of a plain single-process serial preparation of the same request."""
-    outputs, _ = pipeline.prepare_outputs(request.recipe(), "serial", keep_noise=True)
+    outputs, _ = pipeline.prepare_outputs(request.plan, "serial", keep_noise=True)
     return field_digests(outputs)
 
 
@@ -134,7 +134,7 @@ def _tp_reference(
     """Rank 0 vs one process with the replicated encoder: `denoise.text` within `TP_TOLERANCE`,
     everything else bitwise. Returns the differences and the max abs text error."""
     pipeline = Ref2VAPipeline(replace(runner.models, text_encoder=full), device="cpu")
-    outputs, _ = pipeline.prepare_outputs(request.recipe(), "serial", keep_noise=True)
+    outputs, _ = pipeline.prepare_outputs(request.plan, "serial", keep_noise=True)
     fields = prepared_fields(outputs)
     diffs, error = [], 0.0
     for key, mine in texts.items():
@@ -219,19 +219,19 @@ def denoise_max_error(runner: DistributedRef2VA, request: ResolvedRequest) -> fl
     """Max |sequence-parallel − single-process| over the first output's final video and audio
     rows (collective; the value on every rank). Rank 0 also denoises the same prepared inputs in
     one process. The prepared inputs themselves are bitwise equal (see `verify_distributed`)."""
-    recipe = request.recipe()
+    plan = request.plan
     prepared = runner.prepare(request)
     single_inputs = None
     # a second, private set of the same inputs for the reference (on every rank with text
     # encoder TP, whose encoding is collective; kept on rank 0 only)
     if runner.ctx.rank == 0 or runner.text_tp is not None:
-        single_inputs = runner.pipeline.prepare(recipe, "serial")[1]
+        single_inputs = runner.pipeline.prepare(plan, "serial")[1]
     if runner.ctx.rank != 0:
         single_inputs = None
-    video, audio = runner.denoise(recipe, prepared.outputs[0])
+    video, audio = runner.denoise(plan, prepared.outputs[0])
     error = [0.0]
     if single_inputs is not None:
-        ref_video, ref_audio = runner.pipeline.denoise(recipe, single_inputs)
+        ref_video, ref_audio = runner.pipeline.denoise(plan, single_inputs)
         error[0] = max(
             (video - ref_video).abs().max().item(), (audio - ref_audio).abs().max().item()
         )

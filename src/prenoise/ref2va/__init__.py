@@ -56,6 +56,7 @@ if TYPE_CHECKING:
         ensure_reference,
         predict_reference_shape,
     )
+    from prenoise.ref2va.request_plan import Ref2VARequestPlan, plan_request
     from prenoise.ref2va.sampler import (
         FlowEulerSampler,
         SamplingCancelled,
@@ -106,6 +107,8 @@ _EXPORTS = {
     "encode_reference": "prenoise.ref2va.references",
     "ensure_reference": "prenoise.ref2va.references",
     "predict_reference_shape": "prenoise.ref2va.references",
+    "Ref2VARequestPlan": "prenoise.ref2va.request_plan",
+    "plan_request": "prenoise.ref2va.request_plan",
     "FlowEulerSampler": "prenoise.ref2va.sampler",
     "SamplingCancelled": "prenoise.ref2va.sampler",
     "StepInfo": "prenoise.ref2va.sampler",
@@ -134,6 +137,7 @@ __all__ = [
     "Recipe",
     "RecipeError",
     "Ref2VAModels",
+    "Ref2VARequestPlan",
     "ReferenceSpec",
     "RequestGeometry",
     "SamplingCancelled",
@@ -161,6 +165,7 @@ __all__ = [
     "load_recipe",
     "make_synthetic_reference",
     "patchify",
+    "plan_request",
     "predict_reference_shape",
     "probe_video",
     "read_audio",

@@ -24,8 +24,8 @@ import torch
 from prenoise.observe.attribution import Timing, WindowAttribution
 from prenoise.observe.metrics import RequestMetrics, derive_metrics, peak_rss_bytes, reset_peak_rss
 from prenoise.observe.tracing import Span, Tracer, chrome_trace
-from prenoise.ref2va.config import Recipe
 from prenoise.ref2va.pipeline import Arm, Ref2VAPipeline
+from prenoise.ref2va.request_plan import Ref2VARequestPlan
 
 __all__ = [
     "BenchConfig",
@@ -107,14 +107,14 @@ class BenchResult:
 
 
 def _one_request(
-    pipeline: Ref2VAPipeline, recipe: Recipe, arm: Arm, full: bool, out_dir: Path
+    pipeline: Ref2VAPipeline, plan: Ref2VARequestPlan, arm: Arm, full: bool, out_dir: Path
 ) -> tuple[RequestMetrics, list[Span]]:
     tracer = Tracer()
     reset_peak_rss()
     if full:
-        pipeline.generate(recipe, out_dir / f"{arm}.mp4", arm, tracer=tracer)
+        pipeline.generate(plan, out_dir / f"{arm}.mp4", arm, tracer=tracer)
     else:
-        _, prepared, _ = pipeline.prepare(recipe, arm, tracer=tracer)
+        _, prepared, _ = pipeline.prepare(plan, arm, tracer=tracer)
         del prepared
     spans = tracer.spans
     metrics = derive_metrics(spans, threading.get_ident(), peak_rss_bytes=peak_rss_bytes())
@@ -123,12 +123,14 @@ def _one_request(
 
 def run_bench(
     pipeline: Ref2VAPipeline,
-    recipe: Recipe,
+    plan: Ref2VARequestPlan,
     config: BenchConfig,
     *,
     on_request: Callable[[str], None] | None = None,
 ) -> BenchResult:
-    """Run the warm-up and the alternating pairs; see the module docstring."""
+    """Run the warm-up and the alternating pairs of the planned request (every run receives
+    `plan` itself: planned and checked once, outside the timed runs); see the module
+    docstring."""
     notify = on_request or (lambda _label: None)
     previous_threads = torch.get_num_threads()
     if config.encoder_threads is not None:
@@ -140,14 +142,14 @@ def run_bench(
             for i in range(config.warmup):
                 arm: Arm = "serial" if i % 2 == 0 else "overlapped"
                 notify(f"warm-up {i + 1}/{config.warmup} ({arm})")
-                _one_request(pipeline, recipe, arm, config.full, out_dir)
+                _one_request(pipeline, plan, arm, config.full, out_dir)
             for pair in range(config.pairs):
                 order: tuple[Arm, Arm] = (
                     ("serial", "overlapped") if pair % 2 == 0 else ("overlapped", "serial")
                 )
                 for arm in order:
                     notify(f"pair {pair + 1}/{config.pairs} ({arm})")
-                    metrics, spans = _one_request(pipeline, recipe, arm, config.full, out_dir)
+                    metrics, spans = _one_request(pipeline, plan, arm, config.full, out_dir)
                     runs.append(RequestRun(arm, pair, metrics, spans))
         threads = {
             "torch_intra_op_threads": torch.get_num_threads(),
@@ -157,7 +159,7 @@ def run_bench(
         }
     finally:
         torch.set_num_threads(previous_threads)
-    return BenchResult(runs, summarize(runs, recipe, config, threads))
+    return BenchResult(runs, summarize(runs, plan, config, threads))
 
 
 def _stats(values: list[float]) -> dict[str, Any]:
@@ -192,7 +194,7 @@ def machine_info() -> dict[str, Any]:
 
 
 def summarize(
-    runs: list[RequestRun], recipe: Recipe, config: BenchConfig, threads: dict[str, Any]
+    runs: list[RequestRun], plan: Ref2VARequestPlan, config: BenchConfig, threads: dict[str, Any]
 ) -> dict[str, Any]:
     """The JSON summary: per-arm stats, per-pair deltas (overlapped − serial), machine, threads."""
     by_arm: dict[str, dict[str, Any]] = {}
@@ -209,7 +211,7 @@ def summarize(
                 per_pair.append(float(arms["overlapped"]) - float(arms["serial"]))
         if per_pair:
             deltas[metric] = {"median": statistics.median(per_pair), "per_pair": per_pair}
-    geo = recipe.geometry()
+    recipe, geo = plan.recipe, plan.geometry
     attribution = _attribution(deltas)
     return {
         "recipe": recipe.name,

@@ -16,7 +16,7 @@ from prenoise.guards.cancel import CancelEvent
 from prenoise.observe.tracing import NULL_TRACER, Category, Tracer
 from prenoise.ref2va.audio_vae import latents_to_rows
 from prenoise.ref2va.config import Recipe, ReferenceSpec
-from prenoise.ref2va.geometry import FPS, patchify
+from prenoise.ref2va.geometry import FPS, RequestGeometry, patchify
 from prenoise.ref2va.limits import Limits, describe_cap
 from prenoise.ref2va.media import (
     MediaError,
@@ -121,6 +121,7 @@ def validate_references(
 def encode_conditioning(
     models: Ref2VAModels,
     recipe: Recipe,
+    geometry: RequestGeometry,
     *,
     continuation: torch.Tensor | None = None,
     tracer: Tracer = NULL_TRACER,
@@ -129,10 +130,12 @@ def encode_conditioning(
     """Encode the prompt and every reference (each in its own ENCODE span), in recipe order.
 
     Visual conditions are the continuation latents (if any), then image/video references in
-    order; audio conditions are video soundtracks and audio clips, in order. Decoding is
-    bounded by `recipe.limits` and stops between frames once `cancel` is set.
+    order; audio conditions are video soundtracks and audio clips, in order. Every visual
+    reference is brought to the request's canvas (`geometry.width` x `geometry.height`, as its
+    plan resolved it). Decoding is bounded by `recipe.limits` and stops between frames once
+    `cancel` is set.
     """
-    width, height = recipe.size()
+    width, height = geometry.width, geometry.height
     with tracer.span("text_encode", Category.ENCODE), torch.no_grad():
         text, mask = models.text_encoder.encode_with_mask([recipe.prompt])
     visual = [continuation] if continuation is not None else []

@@ -277,7 +277,8 @@ class Recipe(BaseModel):
         return geometry.align_frames_17k5(self.frames or DEFAULT_FRAMES)
 
     def geometry(self) -> geometry.RequestGeometry:
-        """The request's :class:`~prenoise.ref2va.geometry.RequestGeometry`."""
+        """The request's :class:`~prenoise.ref2va.geometry.RequestGeometry`: worked out once per
+        request, by `plan_request`; everything downstream reads the plan's `geometry`."""
         width, height = self.size()
         return geometry.RequestGeometry.from_frames(self.num_frames(), width, height)
 

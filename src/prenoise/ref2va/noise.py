@@ -12,7 +12,7 @@ Every stream is drawn in one noise stream (`noise_stream`, default "native"; see
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -23,9 +23,11 @@ from prenoise.preparation.draws import Draw, Stream, run_stream
 __all__ = [
     "LATENT_CHANNELS",
     "NoiseFields",
+    "OutputDraws",
     "condition_streams",
     "draw_condition_noise",
     "initial_noise_streams",
+    "output_draws",
 ]
 
 LATENT_CHANNELS = 24
@@ -116,3 +118,64 @@ class NoiseFields:
     initial_video_noise: torch.Tensor
     initial_audio_noise: torch.Tensor
     visual_condition_noise: torch.Tensor | None
+
+
+@dataclass(frozen=True)
+class OutputDraws:
+    """Every stream of one output, all in `noise_stream`: the initial video and audio noise and
+    one stream per visual condition of `condition_shapes`, in order (seed `seed` each).
+
+    Built by `output_draws`; a request's are resolved once, in its `Ref2VARequestPlan`.
+    """
+
+    index: int
+    """The output (0 first); its seed is the request seed + `index`."""
+    seed: int
+    latent_t: int
+    """`T` of the request: each condition's full draw has `max(T + n_visual, t_k)` frames."""
+    video: Stream
+    audio: Stream
+    condition_shapes: tuple[LatentShape, ...]
+    conditions: tuple[Stream, ...]
+    noise_stream: str
+
+    def for_conditions(self, shapes: Sequence[LatentShape]) -> OutputDraws:
+        """These draws for the visual conditions `shapes` (as encoded): `self` when `shapes` are
+        `condition_shapes`, else a copy whose condition streams follow `shapes` (the video and
+        audio streams do not depend on them and are kept)."""
+        wanted = tuple((int(t), int(h), int(w)) for t, h, w in shapes)
+        if wanted == self.condition_shapes:
+            return self
+        streams = condition_streams(
+            self.seed, self.latent_t, wanted, noise_stream=self.noise_stream
+        )
+        return replace(self, condition_shapes=wanted, conditions=streams)
+
+
+def output_draws(
+    index: int,
+    seed: int,
+    latent_t: int,
+    latent_h: int,
+    latent_w: int,
+    audio_t: int,
+    condition_shapes: Sequence[LatentShape],
+    *,
+    noise_stream: str = "native",
+) -> OutputDraws:
+    """The streams of output `index`, drawn from `seed` (`initial_noise_streams` and
+    `condition_streams` of `condition_shapes`), all in `noise_stream`."""
+    shapes = tuple((int(t), int(h), int(w)) for t, h, w in condition_shapes)
+    video, audio = initial_noise_streams(
+        seed, latent_t, latent_h, latent_w, audio_t, noise_stream=noise_stream
+    )
+    return OutputDraws(
+        index=index,
+        seed=seed,
+        latent_t=latent_t,
+        video=video,
+        audio=audio,
+        condition_shapes=shapes,
+        conditions=condition_streams(seed, latent_t, shapes, noise_stream=noise_stream),
+        noise_stream=noise_stream,
+    )

@@ -1,9 +1,13 @@
 """The Ref2VA pipeline: two preparation arms behind one call, then denoise, decode, write MP4.
 
+Every method takes the request's `Ref2VARequestPlan` (`plan_request`: geometry, budget, predicted
+condition shapes and every output's streams, resolved and checked once) and computes none of it.
+
 - `serial`: encode the prompt and references, then draw the noise (the original pipeline).
-- `overlapped`: submit the first output's draws to a request-owned `PreparationExecutor` before
-  encoding starts, predict each visual condition's latent shape with the very VAE methods the
-  encoder uses, and confirm it against the encoded shape before the prepared noise is consumed.
+- `overlapped`: submit the first output's planned draws to a request-owned `PreparationExecutor`
+  before encoding starts (the plan predicted each visual condition's latent shape with the very
+  VAE methods the encoder uses), and confirm each predicted shape against the encoded one before
+  the prepared noise is consumed.
 
 Both arms give bitwise-identical denoise inputs (`prenoise verify` proves it). Continuation
 requests, external conditioning and outputs after the first always draw serially. Consumed host
@@ -13,7 +17,7 @@ noise is released before the denoising loop: only the denoise inputs reference i
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -30,17 +34,11 @@ from prenoise.preparation.prediction import MismatchPolicy, PredictionEvent
 from prenoise.ref2va.audio_vae import latents_from_rows
 from prenoise.ref2va.conditioning import Conditioning, ExternalConditioning, encode_conditioning
 from prenoise.ref2va.config import Recipe
-from prenoise.ref2va.geometry import RequestGeometry, unpatchify
-from prenoise.ref2va.media import VideoInfo, write_mp4
+from prenoise.ref2va.geometry import LATENT_CHANNELS, unpatchify
+from prenoise.ref2va.media import write_mp4
 from prenoise.ref2va.models import Ref2VAModels
-from prenoise.ref2va.noise import (
-    NoiseFields,
-    condition_streams,
-    draw_condition_noise,
-    initial_noise_streams,
-)
-from prenoise.ref2va.references import predict_reference_shape
-from prenoise.ref2va.request_budget import check_request
+from prenoise.ref2va.noise import NoiseFields, OutputDraws
+from prenoise.ref2va.request_plan import Ref2VARequestPlan
 from prenoise.ref2va.sampler import FlowEulerSampler, StepCallback
 from prenoise.ref2va.transformer import VelocityFn
 
@@ -56,10 +54,11 @@ __all__ = [
 Arm = Literal["serial", "overlapped"]
 ARMS: tuple[Arm, ...] = ("serial", "overlapped")
 
-NoiseSource = Callable[[int, RequestGeometry, list[tuple[int, int, int]], str, Tracer], NoiseFields]
-"""`(seed, geometry, encoded visual shapes, noise stream, tracer) -> NoiseFields`; replaces the
-serial draw, and must equal it bit for bit in that noise stream (the recipe's `noise_stream`: a
-source is handed it on every call, so no source can draw another stream by leaving it out)."""
+NoiseSource = Callable[[OutputDraws, Tracer], NoiseFields]
+"""`(draws, tracer) -> NoiseFields`: the output's planned streams for its encoded visual shapes
+(`OutputDraws.for_conditions`, all in the recipe's noise stream); replaces the serial draw and
+must equal `run_stream` of each of those streams bit for bit. The streams are handed over on
+every call, so no source can draw another seed, shape or noise stream by leaving one out."""
 
 
 @dataclass
@@ -136,7 +135,7 @@ class Ref2VAPipeline:
     # -- preparation ---------------------------------------------------------------------------
     def prepare(
         self,
-        recipe: Recipe,
+        plan: Ref2VARequestPlan,
         arm: Arm = "overlapped",
         *,
         continuation: torch.Tensor | None = None,
@@ -149,18 +148,21 @@ class Ref2VAPipeline:
 
         Returns the shared conditioning, the first output's denoise inputs and any prediction
         events. The overlapped arm is used only for a fresh request with local encoding.
-        The request is first checked (`check_request`: memory budget, media caps); media decode
+        `plan` was checked when it was made (`plan_request`: memory budget, media caps); local
+        encoding needs a plan that checked its references (`ValueError` otherwise). Media decode
         and draws stop at their next cancel point once `cancel` is set (`Cancelled`).
         """
         if arm not in ARMS:
             raise ValueError(f"unknown arm {arm!r}; choose one of {ARMS}")
-        geo = recipe.geometry()
+        if external is None and not plan.references_checked:
+            raise ValueError(
+                "this plan did not check its references (plan_request(..., references=False)): "
+                "pass the external conditioning, or plan the request with its references"
+            )
+        recipe, first = plan.recipe, plan.outputs[0]
         with tracer.span("prepare", Category.REQUEST, arm=arm):
-            headers = check_request(recipe, references=external is None).headers
             if arm == "overlapped" and continuation is None and external is None:
-                conditioning, noise, events = self._prepare_overlapped(
-                    recipe, geo, headers, tracer, cancel
-                )
+                conditioning, noise, events = self._prepare_overlapped(plan, tracer, cancel)
                 used = True
             else:
                 if external is not None:
@@ -169,16 +171,15 @@ class Ref2VAPipeline:
                     conditioning = encode_conditioning(
                         self.models,
                         recipe,
+                        plan.geometry,
                         continuation=continuation,
                         tracer=tracer,
                         cancel=cancel,
                     )
-                noise = self._draw_serial(
-                    recipe, recipe.output_seed(0), geo, conditioning, tracer, cancel
-                )
+                noise = self._draw_serial(first, conditioning, tracer, cancel)
                 events, used = [], False
             inputs = self._build_inputs(recipe, conditioning, noise, tracer)
-            prepared = PreparedOutput(0, recipe.output_seed(0), inputs, used)
+            prepared = PreparedOutput(0, first.seed, inputs, used)
             if keep_noise:
                 prepared.noise = noise
             del noise  # the host noise now lives only in `inputs` (and `prepared.noise` if kept)
@@ -186,7 +187,7 @@ class Ref2VAPipeline:
 
     def prepare_next(
         self,
-        recipe: Recipe,
+        plan: Ref2VARequestPlan,
         conditioning: Conditioning,
         index: int,
         *,
@@ -195,105 +196,83 @@ class Ref2VAPipeline:
         tracer: Tracer = NULL_TRACER,
         cancel: CancelEvent | None = None,
     ) -> PreparedOutput:
-        """Prepare output `index` ≥ 1 (seed + index) from the shared conditioning.
+        """Prepare output `index` ≥ 1 (`plan.outputs[index]`: seed + index) from the shared
+        conditioning.
 
         Draws serially unless `noise` (this output's `draw_output_noise`, drawn elsewhere, e.g.
         while the previous output denoised) is handed over; the inputs are identical either way.
         """
+        draws = plan.outputs[index]
         used_prepared = noise is not None
         if noise is None:
-            noise = self.draw_output_noise(
-                recipe, conditioning, index, tracer=tracer, cancel=cancel
-            )
-        inputs = self._build_inputs(recipe, conditioning, noise, tracer)
+            noise = self.draw_output_noise(plan, conditioning, index, tracer=tracer, cancel=cancel)
+        inputs = self._build_inputs(plan.recipe, conditioning, noise, tracer)
         prepared = PreparedOutput(
-            index, recipe.output_seed(index), inputs, used_prepared, noise if keep_noise else None
+            index, draws.seed, inputs, used_prepared, noise if keep_noise else None
         )
         del noise
         return prepared
 
     def draw_output_noise(
         self,
-        recipe: Recipe,
+        plan: Ref2VARequestPlan,
         conditioning: Conditioning,
         index: int,
         *,
         tracer: Tracer = NULL_TRACER,
         cancel: CancelEvent | None = None,
     ) -> NoiseFields:
-        """The contract's draws for output `index` (seed + index), on the calling thread."""
-        geo = recipe.geometry()
-        return self._draw_serial(
-            recipe, recipe.output_seed(index), geo, conditioning, tracer, cancel
-        )
+        """The contract's draws for output `index` (`plan.outputs[index]`), on the calling
+        thread."""
+        return self._draw_serial(plan.outputs[index], conditioning, tracer, cancel)
 
     def prepare_outputs(
         self,
-        recipe: Recipe,
+        plan: Ref2VARequestPlan,
         arm: Arm = "overlapped",
         *,
         keep_noise: bool = False,
         tracer: Tracer = NULL_TRACER,
     ) -> tuple[list[PreparedOutput], list[PredictionEvent]]:
         """Prepare every output of the request (`prepare`, then `prepare_next` for i ≥ 1)."""
-        conditioning, first, events = self.prepare(
-            recipe, arm, keep_noise=keep_noise, tracer=tracer
-        )
+        conditioning, first, events = self.prepare(plan, arm, keep_noise=keep_noise, tracer=tracer)
         outputs = [first]
         outputs += [
-            self.prepare_next(recipe, conditioning, i, keep_noise=keep_noise, tracer=tracer)
-            for i in range(1, recipe.outputs)
+            self.prepare_next(plan, conditioning, i, keep_noise=keep_noise, tracer=tracer)
+            for i in range(1, len(plan.outputs))
         ]
         return outputs, events
 
     def _draw_serial(
         self,
-        recipe: Recipe,
-        seed: int,
-        geo: RequestGeometry,
+        planned: OutputDraws,
         conditioning: Conditioning,
         tracer: Tracer,
         cancel: CancelEvent | None = None,
     ) -> NoiseFields:
+        draws = planned.for_conditions(conditioning.visual_shapes)
         if self.noise_source is not None:
-            return self.noise_source(
-                seed, geo, conditioning.visual_shapes, recipe.noise_stream, tracer
-            )
-        stream = recipe.noise_stream
-        video, audio = initial_noise_streams(
-            seed, geo.T, geo.h, geo.w, geo.audio_t, noise_stream=stream
-        )
+            return self.noise_source(draws, tracer)
         with tracer.span("draw:initial_video_noise", Category.NOISE):
-            video_noise = run_stream(video, cancel=cancel)["initial_video_noise"]
+            video_noise = run_stream(draws.video, cancel=cancel)["initial_video_noise"]
         with tracer.span("draw:initial_audio_noise", Category.NOISE):
-            audio_noise = run_stream(audio, cancel=cancel)["initial_audio_noise"]
+            audio_noise = run_stream(draws.audio, cancel=cancel)["initial_audio_noise"]
         with tracer.span("draw:visual_condition_noise", Category.NOISE):
-            cond_noise = draw_condition_noise(
-                seed, geo.T, conditioning.visual_shapes, cancel, noise_stream=stream
+            cond_noise = _concat(
+                [
+                    tensor
+                    for stream in draws.conditions
+                    for tensor in run_stream(stream, cancel=cancel).values()
+                ]
             )
         return NoiseFields(video_noise, audio_noise, cond_noise)
 
     def _prepare_overlapped(
-        self,
-        recipe: Recipe,
-        geo: RequestGeometry,
-        headers: Sequence[VideoInfo | None],
-        tracer: Tracer,
-        cancel: CancelEvent | None,
+        self, plan: Ref2VARequestPlan, tracer: Tracer, cancel: CancelEvent | None
     ) -> tuple[Conditioning, NoiseFields, list[PredictionEvent]]:
-        seed = recipe.output_seed(0)
-        width, height = recipe.size()
-        vae = self.models.video_vae
-        with tracer.span("predict_condition_shapes", Category.NOISE):
-            predicted = [
-                shape
-                for spec, header in zip(recipe.references, headers, strict=True)
-                if (shape := predict_reference_shape(spec, vae, width, height, header)) is not None
-            ]
-        stream = recipe.noise_stream
-        video, audio = initial_noise_streams(
-            seed, geo.T, geo.h, geo.w, geo.audio_t, noise_stream=stream
-        )
+        planned = plan.outputs[0]
+        predicted = planned.condition_shapes
+        video, audio = planned.video, planned.audio
         with PreparationExecutor(name="ref2va-prep", tracer=tracer, cancel=cancel) as prep:
             # Each stream draws from a fresh generator made inside its job (`Stream.generator`),
             # never the global RNG: what this thread draws while encoding cannot reorder it.
@@ -301,16 +280,14 @@ class Ref2VAPipeline:
             stop = prep.cancel_event
             cond_jobs = [
                 prep.submit(stream.name, partial(run_stream, stream, cancel=stop), predicted=shape)
-                for stream, shape in zip(
-                    condition_streams(seed, geo.T, predicted, noise_stream=stream),
-                    predicted,
-                    strict=True,
-                )
+                for stream, shape in zip(planned.conditions, predicted, strict=True)
             ]
             video_job = prep.submit(video.name, partial(run_stream, video, cancel=stop))
             audio_job = prep.submit(audio.name, partial(run_stream, audio, cancel=stop))
 
-            conditioning = encode_conditioning(self.models, recipe, tracer=tracer, cancel=cancel)
+            conditioning = encode_conditioning(
+                self.models, plan.recipe, plan.geometry, tracer=tracer, cancel=cancel
+            )
 
             actual = conditioning.visual_shapes
             if len(actual) != len(predicted):
@@ -318,7 +295,9 @@ class Ref2VAPipeline:
                     f"predicted {len(predicted)} visual conditions, encoded {len(actual)}"
                 )
             with tracer.span("take:noise", Category.NOISE):
-                fallback = condition_streams(seed, geo.T, actual, noise_stream=stream)
+                # the planned streams where the prediction held, rebuilt for the encoded shapes
+                # where it did not (drawn only if `take` finds a mismatch)
+                fallback = planned.for_conditions(actual).conditions
                 parts = [
                     prep.take(
                         job,
@@ -371,13 +350,14 @@ class Ref2VAPipeline:
     # -- denoise, decode, write ------------------------------------------------------------------
     def denoise(
         self,
-        recipe: Recipe,
+        plan: Ref2VARequestPlan,
         prepared: PreparedOutput,
         *,
         callback: StepCallback | None = None,
         tracer: Tracer = NULL_TRACER,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Run the sampler; takes ownership of `prepared.inputs` (cleared to free the noise)."""
+        recipe = plan.recipe
         inputs = prepared.inputs
         transformer = self.models.transformer
         summary = transformer.summarize_conditions(
@@ -399,18 +379,20 @@ class Ref2VAPipeline:
 
     def decode_and_write(
         self,
-        recipe: Recipe,
+        plan: Ref2VARequestPlan,
         video_rows: torch.Tensor,
         audio_rows: torch.Tensor,
         path: Path,
         *,
         tracer: Tracer = NULL_TRACER,
     ) -> Path:
-        """Decode the final rows and write an MP4 (H.264 + AAC) atomically."""
-        geo = recipe.geometry()
+        """Decode the final rows (at `plan.geometry`) and write an MP4 (H.264 + AAC) atomically."""
+        geo = plan.geometry
         models = self.models
         with tracer.span("decode", Category.DECODE):
-            latents = unpatchify(video_rows.float().cpu(), (1, 24, geo.T, geo.h, geo.w))
+            latents = unpatchify(
+                video_rows.float().cpu(), (1, LATENT_CHANNELS, geo.T, geo.h, geo.w)
+            )
             waveform = models.audio_vae.decode(latents_from_rows(audio_rows.float()))
             path.parent.mkdir(parents=True, exist_ok=True)
             return write_mp4(
@@ -422,7 +404,7 @@ class Ref2VAPipeline:
 
     def generate(
         self,
-        recipe: Recipe,
+        plan: Ref2VARequestPlan,
         out: Path,
         arm: Arm = "overlapped",
         *,
@@ -443,25 +425,26 @@ class Ref2VAPipeline:
         tracer = tracer or Tracer()
         stage = on_stage or (lambda _name: None)
         paths: list[Path] = []
+        outputs = len(plan.outputs)
         stage("prepare")
         conditioning, prepared, events = self.prepare(
-            recipe, arm, continuation=continuation, external=external, tracer=tracer, cancel=cancel
+            plan, arm, continuation=continuation, external=external, tracer=tracer, cancel=cancel
         )
         with PreparationExecutor(name="ref2va-next-output", tracer=tracer, cancel=cancel) as ahead:
-            for index in range(recipe.outputs):
+            for index in range(outputs):
                 if index > 0:
                     stage(f"prepare output {index}")
                     noise = ahead.take(f"output{index}") if prepare_next_output else None
                     prepared = self.prepare_next(
-                        recipe, conditioning, index, noise=noise, tracer=tracer, cancel=cancel
+                        plan, conditioning, index, noise=noise, tracer=tracer, cancel=cancel
                     )
                     del noise
-                if prepare_next_output and index + 1 < recipe.outputs:
+                if prepare_next_output and index + 1 < outputs:
                     ahead.submit(
                         f"output{index + 1}",
                         partial(
                             self.draw_output_noise,
-                            recipe,
+                            plan,
                             conditioning,
                             index + 1,
                             tracer=tracer,
@@ -469,11 +452,11 @@ class Ref2VAPipeline:
                         ),
                     )
                 stage(f"denoise output {index}")
-                video, audio = self.denoise(recipe, prepared, callback=callback, tracer=tracer)
+                video, audio = self.denoise(plan, prepared, callback=callback, tracer=tracer)
                 del prepared
                 stage(f"decode output {index}")
                 path = output_path(out, index)
-                paths.append(self.decode_and_write(recipe, video, audio, path, tracer=tracer))
+                paths.append(self.decode_and_write(plan, video, audio, path, tracer=tracer))
         return GenerationResult(paths, stage_seconds(tracer), events)
 
 

@@ -15,6 +15,7 @@ from prenoise.ref2va.audio_vae import AudioVAE
 from prenoise.ref2va.config import ReferenceSpec
 from prenoise.ref2va.geometry import FPS
 from prenoise.ref2va.limits import Limits
+from prenoise.ref2va.video_processor import VideoProcessor
 from prenoise.ref2va.video_vae import VideoVAE
 
 
@@ -69,15 +70,19 @@ def truncated_frames(spec: ReferenceSpec) -> int | None:
 
 def predict_reference_shape(
     spec: ReferenceSpec,
-    vae: VideoVAE,
+    processor: VideoProcessor,
     width: int,
     height: int,
     header: media.VideoInfo | None = None,
 ) -> tuple[int, int, int] | None:
-    """Predicted visual latent ``(t, h, w)`` of a reference (None for audio references)."""
+    """Predicted visual latent ``(t, h, w)`` of a reference (None for audio references).
+
+    `processor` is the video VAE's (`VideoVAE.processor`, or one built from the same config):
+    the encoder calls the very same alignment and padding methods.
+    """
     if not spec.is_visual:
         return None
-    return vae.predict_video_latent_shape(reference_frame_count(spec, header), height, width)
+    return processor.predict_latent_shape(reference_frame_count(spec, header), height, width)
 
 
 def encode_reference(

@@ -12,8 +12,8 @@ import torch
 from prenoise.observe.attribution import Timing, WindowAttribution
 from prenoise.observe.metrics import RequestMetrics, derive_metrics
 from prenoise.observe.tracing import Tracer
-from prenoise.ref2va.config import Recipe
 from prenoise.ref2va.pipeline import PreparedOutput, Ref2VAPipeline
+from prenoise.ref2va.request_plan import Ref2VARequestPlan
 from prenoise.verify import FieldReport, TensorInfo, compare, nest_dotted
 from prenoise.verify.rng_guard import snapshot_global_rng
 
@@ -113,9 +113,14 @@ class VerifyResult:
 
 
 def verify_recipe(
-    pipeline: Ref2VAPipeline, recipe: Recipe, *, on_stage: Callable[[str], None] | None = None
+    pipeline: Ref2VAPipeline,
+    plan: Ref2VARequestPlan,
+    *,
+    on_stage: Callable[[str], None] | None = None,
 ) -> VerifyResult:
-    """Prepare every output with both arms and compare all fields bitwise.
+    """Prepare every output of the planned request with both arms and compare all fields bitwise.
+
+    Both arms receive `plan` itself: the same geometry, seeds and streams, resolved once.
 
     `on_stage` hears each stage's name as it starts. `equal` is True only when every field is
     bitwise equal (values, shape, dtype, device,
@@ -125,12 +130,10 @@ def verify_recipe(
     before = snapshot_global_rng()
     tracers = {"serial": Tracer(), "overlapped": Tracer()}
     stage("prepare: serial arm")
-    serial, _ = pipeline.prepare_outputs(
-        recipe, "serial", keep_noise=True, tracer=tracers["serial"]
-    )
+    serial, _ = pipeline.prepare_outputs(plan, "serial", keep_noise=True, tracer=tracers["serial"])
     stage("prepare: overlapped arm")
     overlapped, events = pipeline.prepare_outputs(
-        recipe, "overlapped", keep_noise=True, tracer=tracers["overlapped"]
+        plan, "overlapped", keep_noise=True, tracer=tracers["overlapped"]
     )
     thread = threading.get_ident()
     timings = {arm: derive_metrics(t.spans, thread) for arm, t in tracers.items()}

@@ -54,7 +54,7 @@ from prenoise.serve import content
 from prenoise.serve.admission import Refused
 from prenoise.serve.jobs import TERMINAL, JobState
 from prenoise.serve.openapi import CREATE_VIDEO_OPENAPI, components
-from prenoise.serve.schema import RequestRejected, build_recipe, parse_request
+from prenoise.serve.schema import RequestRejected, build_plan, parse_request
 from prenoise.serve.service import ServeSettings, Service
 from prenoise.serve.uploads import (
     BodyIdle,
@@ -195,8 +195,8 @@ def create_app(settings: ServeSettings, pipeline: Ref2VAPipeline | None = None) 
             try:
                 data, uploads = await _read_body(request, service, folder)
                 req = parse_request(data)
-                recipe = await run_in_threadpool(
-                    build_recipe,
+                plan = await run_in_threadpool(
+                    build_plan,
                     settings.recipe,
                     req,
                     media_root=settings.media_root,
@@ -205,7 +205,7 @@ def create_app(settings: ServeSettings, pipeline: Ref2VAPipeline | None = None) 
                 )
                 held = ticket.charged if uploads else 0
                 service.admission.take_slot()  # only now: a slow body never holds a slot
-                job = service.submit(job_id, recipe, folder if uploads else None, held)
+                job = service.submit(job_id, plan, folder if uploads else None, held)
             except BaseException:
                 shutil.rmtree(folder, ignore_errors=True)
                 raise

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from prenoise.ref2va.config import Recipe
+from prenoise.ref2va.request_plan import Ref2VARequestPlan
 
 __all__ = [
     "TERMINAL",
@@ -60,9 +61,12 @@ class InvalidTransition(RuntimeError):
 
 @dataclass(eq=False)
 class Job:
-    """One request (compared by identity). State changes go through `JobStore.transition`."""
+    """One request (compared by identity). State changes go through `JobStore.transition`.
 
-    recipe: Recipe
+    `plan` is the request as admitted (`build_plan`): preparing, denoising and decoding it
+    receive this very plan and resolve nothing again."""
+
+    plan: Ref2VARequestPlan
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
     state: JobState = JobState.QUEUED
     created_unix: float = field(default_factory=time.time)
@@ -80,6 +84,11 @@ class Job:
     """Set (under the store's lock) when the job is removed or evicted, before its files go."""
     prediction_fallbacks: int = 0
     cancel_requested: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def recipe(self) -> Recipe:
+        """The request's recipe (`plan.recipe`)."""
+        return self.plan.recipe
 
     def elapsed(self) -> float:
         """Seconds since submission (perf_counter clock)."""

@@ -1,7 +1,8 @@
 """What one job does on the pipeline: prepare (any thread), then denoise/decode/write (executor).
 
-`prepare_job` is `Ref2VAPipeline.prepare` for output 0 (overlapped arm) plus the request's
-derived metrics; it may run on the prepare-ahead worker. `run_outputs` runs on the executor
+`prepare_job` is `Ref2VAPipeline.prepare` of the job's plan (admitted by `build_plan`) for
+output 0 (overlapped arm) plus the request's derived metrics; it may run on the prepare-ahead
+worker. `run_outputs` runs on the executor
 thread only: it denoises every output (preparing outputs ≥ 1 with `prepare_next`), checks for
 cancellation after every sampler step and between stages, and writes each MP4 through
 `decode_and_write` (temporary name, renamed when complete). The calls and their arguments are
@@ -50,7 +51,7 @@ def prepare_job(pipeline: Ref2VAPipeline, job: Job) -> PreparedJob:
     tracer = Tracer()
     start = time.perf_counter()
     conditioning, first, events = pipeline.prepare(
-        job.recipe, "overlapped", tracer=tracer, cancel=job.cancel_requested
+        job.plan, "overlapped", tracer=tracer, cancel=job.cancel_requested
     )
     seconds = time.perf_counter() - start
     metrics = derive_metrics(tracer.spans, threading.get_ident())
@@ -70,7 +71,7 @@ def run_outputs(
 
     Raises `JobCancelled` or `SamplingCancelled` when cancelled; the caller removes the files.
     """
-    recipe = job.recipe
+    plan = job.plan
 
     def on_step(info: StepInfo) -> None:
         store.set_progress(job, step=info.step)
@@ -79,7 +80,7 @@ def run_outputs(
         if job.cancel_requested.is_set():
             raise SamplingCancelled(job.id)
 
-    for index in range(recipe.outputs):
+    for index in range(len(plan.outputs)):
         store.set_progress(job, output=index, step=0)
         if index == 0:
             output, prepared.first = prepared.first, None
@@ -88,18 +89,18 @@ def run_outputs(
         else:
             store.transition(job, JobState.PREPARING)
             output = pipeline.prepare_next(
-                recipe, prepared.conditioning, index, cancel=job.cancel_requested
+                plan, prepared.conditioning, index, cancel=job.cancel_requested
             )
         check_cancel(job)
         store.transition(job, JobState.DENOISING)
         start = time.perf_counter()
-        video, audio = pipeline.denoise(recipe, output, callback=on_step)
+        video, audio = pipeline.denoise(plan, output, callback=on_step)
         del output  # the sampler owns (and has dropped) the initial noise
         _add(job, "denoise", time.perf_counter() - start)
         check_cancel(job)
         store.transition(job, JobState.DECODING)
         start = time.perf_counter()
-        path = pipeline.decode_and_write(recipe, video, audio, output_path(out, index))
+        path = pipeline.decode_and_write(plan, video, audio, output_path(out, index))
         del video, audio
         with store.lock:
             job.paths.append(path)

@@ -1,4 +1,4 @@
-"""The `POST /v1/videos` body and how it becomes a `Recipe`.
+"""The `POST /v1/videos` body and how it becomes a `Recipe` and its request plan.
 
 Every field is optional; omitted fields keep the service recipe's value. `references` (paths
 under the media root) and uploaded files, together, replace the recipe's references; when the
@@ -7,12 +7,15 @@ request gives neither, the recipe's references are used. Overrides follow `preno
 `short_edge`, so the same request gives the same `Recipe` (and the same MP4) as the CLI.
 Every refusal is a `RequestRejected` naming the field: non-finite numbers, sizes above
 `ServeLimits`, references above the recipe's media caps (`limits:`), and requests whose
-estimated allocation exceeds the memory budget (`prenoise.ref2va.request_budget`).
+estimated allocation exceeds the memory budget (`prenoise.ref2va.request_budget`). An accepted
+request leaves as its `Ref2VARequestPlan` (`plan_request`, run once here): the job carries it to
+preparation, denoising and decoding, which never resolve or check it again.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal, cast
@@ -24,9 +27,10 @@ from prenoise.guards.seeds import SEED_MAX, SEED_MIN
 from prenoise.ref2va.cli_options import reference_kind
 from prenoise.ref2va.conditioning import validate_references
 from prenoise.ref2va.config import Recipe, ReferenceSpec
+from prenoise.ref2va.geometry import RequestGeometry
 from prenoise.ref2va.limits import Limits
-from prenoise.ref2va.media import MediaError
-from prenoise.ref2va.request_budget import check_request
+from prenoise.ref2va.media import MediaError, VideoInfo
+from prenoise.ref2va.request_plan import Ref2VARequestPlan, plan_request
 from prenoise.serve.paths import PathRejected, resolve_media_path
 
 __all__ = [
@@ -34,7 +38,7 @@ __all__ = [
     "RequestRejected",
     "ServeLimits",
     "VideoRequest",
-    "build_recipe",
+    "build_plan",
     "parse_request",
 ]
 
@@ -146,15 +150,16 @@ def _overrides(req: VideoRequest) -> dict[str, Any]:
     return out
 
 
-def _check_limits(recipe: Recipe, limits: ServeLimits) -> None:
+def _check_limits(recipe: Recipe, geometry: RequestGeometry, limits: ServeLimits) -> None:
+    """The service's own limits, on the request as its plan resolves it (`geometry`)."""
     if recipe.steps > limits.max_steps:
         raise RequestRejected("steps", f"at most {limits.max_steps}")
     if recipe.outputs > limits.max_outputs:
         raise RequestRejected("outputs", f"at most {limits.max_outputs}")
-    if recipe.num_frames() > limits.max_frames:
+    if geometry.frames > limits.max_frames:
         field = "frames" if recipe.frames is not None else "duration"
         raise RequestRejected(field, f"at most {limits.max_frames} frames")
-    width, height = recipe.size()
+    width, height = geometry.width, geometry.height
     if max(width, height) > limits.max_side:
         raise RequestRejected(
             "width" if width >= height else "height", f"at most {limits.max_side}"
@@ -199,15 +204,17 @@ def _reference_specs(
     return specs
 
 
-def build_recipe(
+def build_plan(
     base: Recipe,
     req: VideoRequest,
     *,
     media_root: Path | None,
     uploads: list[Path],
     limits: ServeLimits,
-) -> Recipe:
-    """The request's `Recipe`: `base` with the overrides, limits checked, media readable."""
+) -> Ref2VARequestPlan:
+    """The request's plan: `base` with the overrides, limits checked, media readable, within the
+    memory budget (`plan_request`: the service's limits first, then the size alone, then each
+    reference, then the whole request)."""
     overrides = _overrides(req)
     specs = _reference_specs(req, media_root, uploads, base.limits)
     if specs is not None:
@@ -218,16 +225,24 @@ def build_recipe(
         err = exc.errors()[0]
         msg = str(err["msg"]).removeprefix("Value error, ")
         raise RequestRejected(_field_name(err["loc"]), msg) from None
-    _check_limits(recipe, limits)
-    try:
-        check_request(recipe, references=False)  # the size first: never blamed on a file
-        for field, spec in specs or []:
+
+    def admit(geometry: RequestGeometry) -> None:
+        _check_limits(recipe, geometry, limits)
+
+    def validate(references: Sequence[ReferenceSpec], caps: Limits) -> list[VideoInfo | None]:
+        if specs is None:  # the service recipe's own references
+            return validate_references(references, caps)
+        headers: list[VideoInfo | None] = []
+        for field, spec in specs:  # the request's references: each refusal names its field
             try:
-                validate_references([spec], recipe.limits)
+                headers += validate_references([spec], caps)
             except MediaError as exc:
                 shown = str(exc).replace(str(spec.path), PurePosixPath(spec.path).name)
                 raise RequestRejected(field, f"unreadable {spec.kind}: {shown}") from None
-        check_request(recipe)
+        return headers
+
+    try:
+        return plan_request(recipe, admit=admit, validate=validate)
     except BudgetExceededError as exc:
         raise RequestRejected(_size_field(req), str(exc)) from None
     except MediaError as exc:  # the service recipe's own references (checked at start-up)
@@ -235,7 +250,6 @@ def build_recipe(
         raise RequestRejected(
             "references", "the service's default references are unusable"
         ) from None
-    return recipe
 
 
 def _size_field(req: VideoRequest) -> str:

@@ -13,6 +13,7 @@ from prenoise.ref2va.cli_options import load_models
 from prenoise.ref2va.conditioning import validate_references
 from prenoise.ref2va.config import Recipe
 from prenoise.ref2va.pipeline import Ref2VAPipeline
+from prenoise.ref2va.request_plan import Ref2VARequestPlan
 from prenoise.serve.admission import Admission
 from prenoise.serve.jobs import Job, JobState, JobStore, remove_uploads
 from prenoise.serve.metrics import KernelBackend, ServeMetrics, kernel_backend
@@ -111,11 +112,15 @@ class Service:
         return self.upload_root / job_id
 
     def submit(
-        self, job_id: str, recipe: Recipe, upload_dir: Path | None, upload_bytes: int = 0
+        self,
+        job_id: str,
+        plan: Ref2VARequestPlan,
+        upload_dir: Path | None,
+        upload_bytes: int = 0,
     ) -> Job:
-        """Register and queue a validated request; `upload_bytes` stay counted against
-        `max_queued_upload_bytes` until the job's uploads are removed."""
-        job = Job(recipe=recipe, id=job_id, upload_dir=upload_dir, upload_bytes=upload_bytes)
+        """Register and queue an admitted request (its plan, `build_plan`); `upload_bytes` stay
+        counted against `max_queued_upload_bytes` until the job's uploads are removed."""
+        job = Job(plan=plan, id=job_id, upload_dir=upload_dir, upload_bytes=upload_bytes)
         self.store.add(job)
         try:
             self.scheduler.submit(job)

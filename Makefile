@@ -288,11 +288,11 @@ pytest-sglang: $(SGLANG_STAMP)
 # -k: every suite reports even when one fails; make still exits non-zero. Each target's output is
 # printed whole when it ends.
 TEST_TARGETS := pytest pytest-vllm-omni pytest-vllm-omni-032 pytest-vllm-omni-031 lint typecheck \
-	pytest-diffusers-0.40 pytest-torch-2.14
+	pytest-diffusers-0.40 pytest-sglang pytest-torch-2.14
 # The venvs are set up first (in parallel: no test may run while an install rebuilds the kernel).
 test: system-tools
 	$(MAKE) --no-print-directory -j2 --output-sync=target $(STAMP) $(VLLM_STAMP) $(TORCH_NEXT_STAMP) \
-		$(VLLM_RELEASE_STAMPS)
+		$(VLLM_RELEASE_STAMPS) $(SGLANG_STAMP)
 	$(MAKE) --no-print-directory -k -j2 --output-sync=target $(TEST_TARGETS)
 
 # Mutation testing (not part of `make test`; it takes long): mutmut, pinned, runs per module in
@@ -306,5 +306,5 @@ mutation: $(STAMP) $(VLLM_STAMP)
 	$(PY) scripts/mutation.py $(MODULES)
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) $(TORCH_NEXT_VENV) build src/*.egg-info .pytest_cache .mypy_cache \
+	rm -rf $(VENV) $(VLLM_VENV) $(TORCH_NEXT_VENV) $(SGLANG_VENV) build src/*.egg-info .pytest_cache .mypy_cache \
 		.ruff_cache mutants

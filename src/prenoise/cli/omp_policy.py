@@ -2,12 +2,13 @@
 
 prenoise's commands run with `OMP_WAIT_POLICY=PASSIVE` unless the environment sets it: torch's
 idle OpenMP threads then sleep instead of spinning, and the request thread, the preparation
-worker and the denoiser's threads share the cores (on a busy 2-core machine a spinning policy
-made `prenoise generate --recipe ref2va-demo` denoise in 8-11 s instead of 0.15 s:
-benchmarks/omp_wait_policy.md). It only changes how idle threads wait: no value changes. The
-policy is read when torch loads, so `apply` runs in `prenoise.cli` before anything imports
-torch (importing `prenoise` imports no torch by itself), and only in prenoise's own process: a
-library user's process is left as it is. A policy the user set is kept.
+worker and the denoiser's threads share the cores (on a loaded 2-core VM, without the variable,
+`prenoise generate --recipe ref2va-demo` denoised in 2.0-3.0 s with torch's default policy and
+0.08-0.45 s with this one: benchmarks/omp_wait_policy.md). It only changes how idle threads
+wait: no value changes. The policy is read when torch loads, so `apply` runs in `prenoise.cli`
+before anything imports torch (importing `prenoise` imports no torch by itself), and only in
+prenoise's own process: a library user's process is left as it is. A policy the user set is
+kept.
 """
 
 from __future__ import annotations

@@ -197,12 +197,6 @@ class ServedDraws:
         return tensor
 
     # -- serving (request thread) --------------------------------------------------------------
-    def next_label(self) -> str | None:
-        """The label of the first draw not served yet (None: none left, or the plan ended)."""
-        with self._lock:
-            entry = self._next_locked()
-            return entry.planned.label if entry is not None and self._active else None
-
     def _next_locked(self) -> _Entry | None:
         return next((e for e in self._entries if not e.served), None)
 
@@ -213,16 +207,14 @@ class ServedDraws:
         *,
         label: str | None = None,
         on_key_mismatch: KeyMismatch | None = None,
-        why_not: Callable[[KeyedDraw], str] | None = None,
     ) -> Any:
         """The prepared tensor (what the draw's work returned) for a call with `key` on
         `generators`, or None: draw serially.
 
         `label` picks the planned draw (None: the first one not served yet). Served only on an
         equal key and every generator in the exact state its clone drew from; the generators are
-        then set to the clones' end state. Otherwise the plan ends (see the module doc):
-        `why_not(planned)` describes a key mismatch in `ended` (default: both keys), and
-        `on_key_mismatch` is told of it after the plan ended."""
+        then set to the clones' end state. Otherwise the plan ends (see the module doc; `ended`
+        names both keys of a key mismatch) and `on_key_mismatch` is told of it after."""
         with self._lock:
             if not self._active:
                 return None
@@ -230,8 +222,10 @@ class ServedDraws:
             if entry is None:
                 return None
             if key != entry.planned.key:
-                describe = why_not or _keys_differ(key)
-                self._end_locked(describe(entry.planned))
+                planned = entry.planned
+                self._end_locked(
+                    f"draw {planned.label!r} was planned as {planned.key!r}, the call is {key!r}"
+                )
                 mismatch = (entry.planned.label, entry.planned.key, key)
             else:
                 mismatch = None
@@ -320,10 +314,3 @@ class ServedDraws:
 
 def _index_and_label(index: int, draw: KeyedDraw) -> str:
     return f"{index}:{draw.label}"
-
-
-def _keys_differ(actual: Hashable) -> Callable[[KeyedDraw], str]:
-    def describe(planned: KeyedDraw) -> str:
-        return f"draw {planned.label!r} was planned as {planned.key!r}, the call is {actual!r}"
-
-    return describe

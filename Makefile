@@ -257,7 +257,10 @@ SGLANG_DEPS := transformers==5.19.0 tokenizers==0.23.2 diffusers==0.37.0 cache-d
 	sentencepiece==0.2.1 soundfile==0.13.1 imageio==2.36.0 addict==2.4.0 PyYAML==6.0.1 \
 	'python-dateutil<3' aiohttp dill distro einops gguf IPython msgspec numpy orjson \
 	partial_json_parser pillow psutil pybase64 pydantic python-multipart pyzmq regex requests \
-	scipy starlette tiktoken tqdm zstandard pytest
+	scipy starlette tiktoken tqdm zstandard pytest \
+	hypothesis==6.170.27 opencv-python-headless==4.10.0.84 imageio-ffmpeg==0.5.1
+# hypothesis: the main venv's pin (test_h3_differential); opencv and imageio-ffmpeg: sglang's
+# own `diffusion` extra pins, which its shipped H3 unit tests import (test_upstream_suite)
 SGLANG_DEPS_NOTE := make: the pip 'dependency conflicts' block above is expected: sglang's \
 	CUDA-only requirements are left out on purpose; only what its diffusion code imports is installed
 SGLANG_TORCH_PTH = $$($(SGLANG_PY) -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")/prenoise-torch-2.14.pth

@@ -37,6 +37,7 @@ ALLOWED: Mapping[str, frozenset[str]] = {
             "serve",
             "integrations.vllm_omni",
             "integrations.diffusers",
+            "integrations.sglang",
         }
     ),
     "__main__": frozenset({"cli"}),

@@ -16,10 +16,10 @@ import threading
 from types import SimpleNamespace
 from typing import Any
 
-import numpy as np
 import pytest
 import torch
 from _h3_harness import (
+    encode_visual,
     fingerprint,
     make_request,
     recorded_draws,
@@ -32,34 +32,6 @@ from _h3_harness import (
 from prenoise.integrations.sglang import h3_conditions, plugin, reviewed, support
 
 _H3 = "sglang.multimodal_gen.runtime.pipelines_core.stages.model_specific_stages.minimax_h3"
-
-
-class FakeVideoVAE(torch.nn.Module):
-    """What upstream's keyframe / reference encoders call: latents of the real shapes (an
-    image's size / 16; a video's frames grouped 17n+5 -> 5n+2 as the H3 VAE does)."""
-
-    parallel_tiling = False
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.weight = torch.nn.Parameter(torch.zeros(1))
-
-    @staticmethod
-    def _latent(t: int, h: int, w: int, salt: float) -> torch.Tensor:
-        n = 24 * t * h * w
-        return (torch.linspace(-2.0, 2.0, n) + salt).sin().reshape(1, 24, t, h, w)
-
-    def encode_images(self, image: Any, use_fp16_latent: bool = True) -> list[torch.Tensor]:
-        width, height = image.size
-        return [self._latent(1, height // 16, width // 16, float(sum(image.getpixel((0, 0)))))]
-
-    def encode_videos(self, frames: Any, use_fp16_latent: bool = True) -> list[torch.Tensor]:
-        from sglang.multimodal_gen.runtime.pipelines_core.stages.model_specific_stages.minimax_h3.time_request import (  # noqa: E501
-            minimax_h3_video_latent_t,
-        )
-
-        count, height, width, _ = frames.shape
-        return [self._latent(minimax_h3_video_latent_t(count), height // 16, width // 16, 0.5)]
 
 
 @pytest.fixture(scope="session")
@@ -90,46 +62,6 @@ def media(tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
         )  # fmt: skip
         files[name] = str(path)
     return SimpleNamespace(**files)
-
-
-def encode_visual(h3: Any, seconds: dict[str, float]) -> Any:
-    """The encoders' place: upstream's own visual encoding of the plan's materials (fake VAE;
-    a reference video's decoded frames stood in by a zero-stride array of the size upstream's
-    decoder gives: the target-capped frame count, or fewer for a short video), plus the
-    audio encoder's empty payload for a reference video without sound."""
-    from sglang.multimodal_gen.runtime.pipelines_core.stages.model_specific_stages.minimax_h3.reference_encoding import (  # noqa: E501
-        _reference_video_target_frame_count,
-    )
-    from sglang.multimodal_gen.runtime.pipelines_core.stages.model_specific_stages.minimax_h3.resolved_plan import (  # noqa: E501
-        minimax_h3_plan_from_batch,
-    )
-
-    def encode(batch: Any) -> None:
-        plan = minimax_h3_plan_from_batch(batch)
-        shapes = batch.extra["minimax_h3_resolved_material_shapes"]
-        videos, audios = [], []
-        for m in plan.materials:
-            if str(m.material_chain).startswith("video"):
-                ci, size = int(m.condition_index), shapes[int(m.condition_index)]
-                frames = _reference_video_target_frame_count(plan=plan)
-                frames = min(frames, int(24 * seconds.get(m.uri, 1e9)))
-                array = np.broadcast_to(
-                    np.zeros((1, 1, 1, 3), np.uint8), (frames, size["height"], size["width"], 3)
-                )
-                videos.append({"frames": array, "condition_index": ci,
-                               "material_chain": str(m.material_chain)})  # fmt: skip
-                audios.append({"condition_index": ci, "ref_audio_t": 0, "rows": torch.zeros(0, 32)})
-        if videos:
-            batch.extra["minimax_h3_prepared_reference_video"] = {"videos": videos}
-            batch.extra["minimax_h3_reference_audio_rows"] = {"audios": audios}
-        stage = object.__new__(h3.VisualStage)
-        stage.video_vae = FakeVideoVAE()
-        stage.vae_arch_config = SimpleNamespace(
-            latent_channels=24, latents_mean=[0.1] * 24, latents_std=[0.9] * 24
-        )
-        stage._encode_keyframes_from_plan(batch, plan, plan.encoders.get("visual"))
-
-    return encode
 
 
 def both_arms(

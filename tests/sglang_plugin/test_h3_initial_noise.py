@@ -43,7 +43,8 @@ def test_plugin_loaded_by_sglangs_loader(h3: Any) -> None:
     assert getattr(prepare, "__wrapped__", None) is not None
     registered = {t for t, hooks in h3.plugins.HookRegistry._hooks.items()
                   for _type, hook, _src in hooks if hook.__module__ == plugin.__name__}  # fmt: skip
-    assert registered == {target for target, _hook in plugin.HOOKS + plugin.CONDITION_HOOKS}
+    hooks = plugin.HOOKS + plugin.CONDITION_HOOKS + plugin.ROLLOUT_HOOKS + plugin.STREAM_HOOKS
+    assert registered == {target for target, _hook in hooks}
     assert support.current().h3_initial and support.current().release == "0.5.23"
 
 

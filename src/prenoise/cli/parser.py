@@ -239,6 +239,21 @@ def build_parser() -> argparse.ArgumentParser:
     add_vllm_omni_arguments(vllm)
     vllm.formatter_class = HelpFormatter  # keeps its description's line breaks, shows defaults
 
+    from prenoise.cli.sglang_verify import add_arguments as add_sglang_arguments
+
+    sglang = add_command(
+        "sglang-verify", "SGLang MiniMax-H3 through its real stages: plugin off vs on, bitwise"
+    )
+    add_sglang_arguments(sglang)
+
+    from prenoise.cli.rollout_check import add_arguments as add_rollout_check_arguments
+
+    rollout = add_command(
+        "rollout-check",
+        "noise records of a batch: collisions, ranks that disagree, repeats, a rerun's bits",
+    )
+    add_rollout_check_arguments(rollout)
+
     for long_command in (gen, ver, bench):
         long_command.add_argument(
             "--quiet",

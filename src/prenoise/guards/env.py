@@ -77,6 +77,7 @@ VARIABLES: tuple[EnvVar, ...] = (
     EnvVar("PRENOISE_VLLM_OMNI_ON_MISMATCH", ("serial", "raise"), "serial"),
     EnvVar("PRENOISE_VLLM_OMNI_PREPARE_NEXT_OUTPUT", _BOOL, "0"),
     EnvVar("PRENOISE_VLLM_OMNI_NOISE_STREAM", ("native", "x86", "libm"), "native"),
+    EnvVar("PRENOISE_NOISE_RECORD", None, "no noise record"),
 )
 """Every `PRENOISE_*` variable the package reads."""
 

@@ -32,6 +32,7 @@ from prenoise.integrations.diffusers.draw_calls import (
 )
 from prenoise.integrations.diffusers.plan import PlannedDraw
 from prenoise.integrations.diffusers.report import CallReport, warn_left_plan_once
+from prenoise.observe.noise_record import rank_and_world, record_noise, recording, request_label
 from prenoise.preparation.executor import PreparationExecutor
 from prenoise.preparation.lookahead import StepLookahead
 from prenoise.preparation.served import KeyedDraw, ServedDraws, rows_work
@@ -76,6 +77,9 @@ class RandnTensorServer:
         self._served: ServedDraws | None = None
         self.steps: StepLookahead | None = None
         """Set by the call after `start`: serves the per-step draws once the plan is served."""
+        self._record = recording()  # PRENOISE_NOISE_RECORD: read once per call, else no cost
+        self._request: str | None = None
+        self._answered = 0
 
     @property
     def noise_stream(self) -> str:
@@ -130,6 +134,47 @@ class RandnTensorServer:
         served = self._served
         if served is None or gens is None or not any(served.owns(g) for g in gens):
             return original(*args, **kwargs)
+        call = (original, args, kwargs)
+        if not self._record:
+            return self._answer(served, call, shape, gens, device, dtype, layout)
+        tensor = self._answer(served, call, shape, gens, device, dtype, layout)
+        self._record_draw(tensor, gens)
+        return tensor
+
+    def _record_draw(self, tensor: Any, gens: Sequence[torch.Generator]) -> None:
+        """Record a draw on the call's generators (`prenoise rollout-check`): the planned ones
+        by label (site `plan:LABEL`), then the per-step ones (site `step`, step = the index of
+        the draw after the plan), whether served or drawn plainly."""
+        index = self._answered
+        self._answered += 1
+        if not isinstance(tensor, torch.Tensor):
+            return
+        if self._request is None:
+            self._request = request_label(f"call@rank{rank_and_world()[0]}")
+        planned = len(self._planned)
+        site = f"plan:{self._planned[index].label}" if index < planned else "step"
+        record_noise(
+            engine="diffusers",
+            site=site,
+            request=self._request,
+            seed=gens[0].initial_seed() if len(gens) == 1 else None,
+            step=None if index < planned else index - planned,
+            noise=tensor,
+        )
+
+    def _answer(
+        self,
+        served: ServedDraws,
+        call: tuple[RandnTensor, tuple[Any, ...], dict[str, Any]],
+        shape: Any,
+        gens: Any,
+        device: Any,
+        dtype: Any,
+        layout: Any,
+    ) -> Any:
+        """Answer a call on the planned generators: prepared if it is exactly the next planned
+        draw (or a prepared per-step one), else plainly."""
+        original, args, kwargs = call
         if not served.active:
             return original(*args, **kwargs)
         if served.served >= len(self._planned):

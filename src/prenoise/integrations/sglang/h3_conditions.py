@@ -159,11 +159,17 @@ def submit(
     keys: Sequence[ConditionKey],
     tag: str,
     observers: Sequence[DrawObserver],
+    noise_stream: str = "native",
 ) -> ServedDraws:
-    """One planned keep-prefix draw per condition (labels `visual_condition_noise.<k><tag>`)."""
+    """One planned keep-prefix draw per condition (labels `visual_condition_noise.<k><tag>`),
+    drawn in `noise_stream` (`native`: local torch's bits, upstream's)."""
     cancel = executor.cancel_event
     planned = [
-        KeyedDraw(f"{LABEL}.{k}{tag}", key, _work(f"{LABEL}.{k}", key, cancel, observers))
+        KeyedDraw(
+            f"{LABEL}.{k}{tag}",
+            key,
+            _work(f"{LABEL}.{k}", key, cancel, observers, noise_stream),
+        )
         for k, key in enumerate(keys)
     ]
     served = ServedDraws(executor, job_name=lambda _i, d: d.label)
@@ -172,10 +178,14 @@ def submit(
 
 
 def _work(
-    label: str, key: ConditionKey, cancel: CancelEvent, observers: Sequence[DrawObserver]
+    label: str,
+    key: ConditionKey,
+    cancel: CancelEvent,
+    observers: Sequence[DrawObserver],
+    noise_stream: str,
 ) -> Callable[[tuple[torch.Generator, ...]], torch.Tensor]:
     def work(_clones: tuple[torch.Generator, ...]) -> torch.Tensor:
-        stream = Stream(label, key.seed, (key.draw(label),))
+        stream = Stream(label, key.seed, (key.draw(label),), noise_stream=noise_stream)
         tensor = run_stream(stream, cancel=cancel)[label]
         for observer in list(observers):
             observer(label, key, threading.current_thread().name, tensor)

@@ -22,7 +22,9 @@ draws first, in order, then every output's condition draws.
 
 Bitwise: the served state holds tensors equal to upstream's in values, shape, dtype, device
 (CPU) and strides (both contiguous), and the same ints; the served condition rows are what
-upstream's function returns (see `h3_conditions`); the global RNG is never used.
+upstream's function returns (see `h3_conditions`); the global RNG is never used. In a named
+noise stream (`noise_stream`, from `PRENOISE_SGLANG_NOISE_STREAM`) every prepared draw is drawn
+in that stream: the same bits as upstream's function run in the stream (`streams`).
 """
 
 from __future__ import annotations
@@ -152,9 +154,13 @@ class RequestDraws:
     plan not served (pending draws cancelled, a running one joined) and shuts the worker down;
     an exception raised inside (an encoder failing) propagates unchanged."""
 
-    def __init__(self, *, initial: bool = True, conditions: bool = False) -> None:
+    def __init__(
+        self, *, initial: bool = True, conditions: bool = False, noise_stream: str = "native"
+    ) -> None:
         self.executor = PreparationExecutor(name="prenoise-sglang")
         self._initial, self._with_conditions = initial, conditions
+        self.noise_stream = noise_stream
+        """The noise stream every prepared draw is drawn in (`native`: upstream's bits)."""
         self._plans: dict[int, tuple[InitialKey, ServedDraws]] = {}
         self._conditions: dict[int, ServedDraws] = {}
         self._lock = threading.Lock()
@@ -210,14 +216,21 @@ class RequestDraws:
         for batch, plan, tag in later:
             keys, why = h3_conditions.predict(batch, plan)
             if keys:
-                served = h3_conditions.submit(self.executor, keys, tag, observers)
+                served = h3_conditions.submit(
+                    self.executor, keys, tag, observers, noise_stream=self.noise_stream
+                )
                 self._conditions[id(batch)] = served
             else:
                 self.conditions_skipped[id(batch)] = why
 
     def _submit_initial(self, batch: Any, key: InitialKey, tag: str) -> None:
         video, audio = initial_noise_streams(
-            key.seed, key.latent_t, key.latent_h, key.latent_w, key.audio_t
+            key.seed,
+            key.latent_t,
+            key.latent_h,
+            key.latent_w,
+            key.audio_t,
+            noise_stream=self.noise_stream,
         )
         cancel = self.executor.cancel_event
         draws = [

@@ -16,6 +16,22 @@ module. Hooks (MiniMax-H3 initial noise, `h3_initial`):
   reviewed code): `MiniMaxH3DenoisingStage._run_full_loop` names the request being denoised;
   `condition_noise.minimax_h3_imgvid_cond_noise_aug_rows` returns the prepared noise mixed by
   upstream's arithmetic when every condition's key matches the plan, else runs upstream's.
+- Wan / HunyuanVideo / LTX-2 initial noise on CPU generators (`latents_ahead`; their own paths):
+  the `forward` / `forward_batch` hooks open a request-owned `RequestLatents` for exactly
+  `WanPipeline`, `HunyuanVideoPipeline`, `LTX2Pipeline`; `InputValidationStage.forward`
+  submits the draws once the generators exist; `LatentPreparationStage.forward` /
+  `_prepare_grouped_latents` and `LTX2AVLatentPreparationStage.forward` answer exactly the
+  planned `torch.randn` calls (key and generator state), else torch draws.
+- MiniMax-H3 rollout noise (`h3_rollout`; its own path): for a rollout batch the
+  `_run_full_loop` hook opens the loop's `StepLookahead`;
+  `minimax_h3_rollout.minimax_h3_rollout_update_video_target` runs upstream's own update with
+  its one `torch.randn` answered one step ahead (a CPU generator; the exact generator state),
+  else the plain draw.
+- `PRENOISE_SGLANG_NOISE_STREAM` (`streams`): `native` changes nothing; `x86` / `libm` draw
+  every MiniMax-H3 draw above in that named stream (upstream's serial draws too, and
+  `condition_noise.minimax_h3_audio_cond_noise_aug_rows`), a device-generator rollout from a
+  CPU generator seeded with its `initial_seed()`; a request that cannot be drawn in it fails
+  with `NoiseStreamError`.
 
 Every hook passes the call straight to upstream's function when the plugin is off
 (`PRENOISE_SGLANG=0`, read per call), when the installed code is not the reviewed code
@@ -32,10 +48,20 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from prenoise.integrations.sglang import support
+from prenoise.integrations.sglang import h3_rollout, latents_ahead, support
+from prenoise.integrations.sglang import streams as h3_streams
 from prenoise.integrations.sglang.h3_initial import DENOISE_STATE_KEY, RequestDraws
+from prenoise.noise.streams import NATIVE, NoiseStreamError
 
-__all__ = ["CONDITION_HOOKS", "ENABLE_ENV", "HOOKS", "enabled", "register"]
+__all__ = [
+    "CONDITION_HOOKS",
+    "ENABLE_ENV",
+    "HOOKS",
+    "ROLLOUT_HOOKS",
+    "STREAM_HOOKS",
+    "enabled",
+    "register",
+]
 
 logger = logging.getLogger("prenoise.sglang")
 
@@ -55,7 +81,21 @@ _CONDITION_NOISE = (
     "sglang.multimodal_gen.runtime.pipelines_core.stages.model_specific_stages.minimax_h3."
     "condition_noise.minimax_h3_imgvid_cond_noise_aug_rows"
 )
+_AUDIO_CONDITION_NOISE = (
+    "sglang.multimodal_gen.runtime.pipelines_core.stages.model_specific_stages.minimax_h3."
+    "condition_noise.minimax_h3_audio_cond_noise_aug_rows"
+)
+_ROLLOUT_UPDATE = (
+    "sglang.multimodal_gen.runtime.pipelines_core.stages.model_specific_stages.minimax_h3."
+    "minimax_h3_rollout.minimax_h3_rollout_update_video_target"
+)
 _H3_PIPELINE_MODULE = "sglang.multimodal_gen.runtime.pipelines.minimax_h3_pipeline"
+_STREAM_PATHS = (
+    support.H3_INITIAL_PATH,
+    support.H3_CONDITIONS_PATH,
+    support.H3_ROLLOUT_PATH,
+    support.H3_STREAMS_PATH,
+)
 
 _current: contextvars.ContextVar[RequestDraws | None] = contextvars.ContextVar(
     "prenoise_sglang_request", default=None
@@ -91,12 +131,56 @@ def _is_h3(pipeline: Any) -> bool:
     return isinstance(cls, type) and isinstance(pipeline, cls)
 
 
+def _stream() -> str:
+    """The noise stream of this thread's draws (`native` when the plugin is off)."""
+    return h3_streams.current_stream() if enabled() is True else NATIVE
+
+
+def _refuse_stream_here(stream: str) -> None:
+    """`NoiseStreamError` where not every MiniMax-H3 path the stream covers runs here."""
+    code = support.current()
+    problem = next((code.problems[p] for p in _STREAM_PATHS if not code.runs(p)), None)
+    if problem is not None:
+        raise NoiseStreamError(
+            f"prenoise: {h3_streams.NOISE_STREAM_ENV}={stream}: MiniMax-H3's noise cannot all "
+            f"be drawn in that stream on this sglang ({problem}); use the native stream"
+        )
+
+
+def _refuse_uncovered_stream(pipeline: Any) -> None:
+    """`NoiseStreamError` for a request of a pipeline the named streams do not cover (every one
+    but MiniMax-H3) while `PRENOISE_SGLANG_NOISE_STREAM` names a stream: its noise would be
+    local torch's, so the request fails rather than mix streams (native: nothing happens)."""
+    stream = h3_streams.setting()  # a bad value raises: never silently native
+    if stream != NATIVE:
+        raise NoiseStreamError(
+            f"prenoise: {h3_streams.NOISE_STREAM_ENV}={stream} covers MiniMax-H3 only; "
+            f"{type(pipeline).__name__}'s noise would be local torch's, so its request fails "
+            f"rather than mix streams: unset {h3_streams.NOISE_STREAM_ENV} (native) for it"
+        )
+
+
 def _with_requests(
     original: Callable[..., Any], pipeline: Any, batches: list[Any], *a: Any, **k: Any
 ) -> Any:
-    if _current.get() is not None or not _is_h3(pipeline) or not _active():
+    if _current.get() is None and not _is_h3(pipeline) and enabled() is True:
+        _refuse_uncovered_stream(pipeline)
+    kind = latents_ahead.kind_of(pipeline)  # Wan, HunyuanVideo, LTX-2 (exact classes)
+    if kind is not None and _current.get() is None:
+        if not _active(kind.path):
+            return original(pipeline, *a, **k)
+        return latents_ahead.run_request(kind, original, pipeline, batches, *a, **k)
+    if _current.get() is not None or not _is_h3(pipeline) or enabled() is not True:
         return original(pipeline, *a, **k)  # nested (forward_batch -> forward), or not ours
-    with RequestDraws(conditions=_active(support.H3_CONDITIONS_PATH)) as draws:
+    stream = h3_streams.setting()  # a bad value raises: never silently native
+    if stream != NATIVE:
+        _refuse_stream_here(stream)
+    if not _active():
+        return original(pipeline, *a, **k)
+    with (
+        h3_streams.request_stream(stream),
+        RequestDraws(conditions=_active(support.H3_CONDITIONS_PATH), noise_stream=stream) as draws,
+    ):
         token = _current.set(draws)
         try:
             for batch in batches:
@@ -134,16 +218,21 @@ def around_prepare_denoise_state(
         state = draws.serve_state(batch, plan)
         if state is not None:
             extra[DENOISE_STATE_KEY] = state
-    return original(stage, batch, plan, *args, **kwargs)
+    return h3_streams.run_in_stream(_stream(), original, stage, batch, plan, *args, **kwargs)
 
 
 def around_run_full_loop(
     original: Callable[..., Any], stage: Any, batch: Any, *args: Any, **kwargs: Any
 ) -> Any:
     """AROUND `MiniMaxH3DenoisingStage._run_full_loop(self, batch, server_args)`: tells the
-    condition-noise hook which request's draws it is called for; changes nothing else."""
+    condition-noise hook which request's draws it is called for and, for a rollout batch, opens
+    the loop's rollout look-ahead (`h3_rollout.open_loop`, finished when the call returns or
+    raises); changes nothing else."""
     token = _denoising.set(batch)
     try:
+        if getattr(batch, "rollout", False) and _active(support.H3_ROLLOUT_PATH):
+            with h3_rollout.open_loop(batch, _stream()):
+                return original(stage, batch, *args, **kwargs)
         return original(stage, batch, *args, **kwargs)
     finally:
         _denoising.reset(token)
@@ -163,7 +252,24 @@ def around_imgvid_cond_noise(original: Callable[..., Any], *args: Any, **kwargs:
         rows = draws.serve_condition_rows(batch, args[0], kwargs)
         if rows is not None:
             return rows
-    return original(*args, **kwargs)
+    return h3_streams.run_in_stream(_stream(), original, *args, **kwargs)
+
+
+def around_rollout_update(original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """AROUND `minimax_h3_rollout.minimax_h3_rollout_update_video_target(video_target, velocity,
+    **kw)`: upstream's function, its one draw answered by the loop's look-ahead (a CPU
+    generator) or drawn in the named stream; see `h3_rollout.update`."""
+    if not _active(support.H3_ROLLOUT_PATH):
+        return original(*args, **kwargs)
+    return h3_rollout.update(original, _stream(), args, kwargs)
+
+
+def around_audio_cond_noise(original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """AROUND `condition_noise.minimax_h3_audio_cond_noise_aug_rows(...)`: upstream's function,
+    its draws in the named noise stream (`native`: a plain call)."""
+    if not _active(support.H3_STREAMS_PATH):
+        return original(*args, **kwargs)
+    return h3_streams.run_in_stream(_stream(), original, *args, **kwargs)
 
 
 HOOKS: tuple[tuple[str, Callable[..., Any]], ...] = (
@@ -179,6 +285,40 @@ CONDITION_HOOKS: tuple[tuple[str, Callable[..., Any]], ...] = (
 )
 """(dotted target, AROUND hook) registered in addition for the visual-condition noise."""
 
+ROLLOUT_HOOKS: tuple[tuple[str, Callable[..., Any]], ...] = (
+    (_ROLLOUT_UPDATE, around_rollout_update),
+)
+"""Registered in addition for the rollout noise (with `_run_full_loop`'s, once per target)."""
+
+STREAM_HOOKS: tuple[tuple[str, Callable[..., Any]], ...] = (
+    (_AUDIO_CONDITION_NOISE, around_audio_cond_noise),
+)
+"""Registered in addition for the named noise streams (a plain call in `native`)."""
+
+
+_latents_registered: set[str] = set()  # the latents hooks' targets registered in this process
+
+
+def _register_latents(code: support.Support, registry: Any, hook_type: Any) -> tuple[str, bool]:
+    """Register the Wan/HunyuanVideo and LTX-2 paths' hooks that run here, each target once
+    per process (a hook applied earlier passes calls through once its path is off); returns
+    their part of the log line and whether any target was newly registered (the forward hooks
+    are the caller's)."""
+    paths = tuple(latents_ahead.DRAW_SITE_HOOKS)
+    on = [p for p in paths if code.runs(p)]
+    targets = dict(latents_ahead.ENTRY_HOOKS) if on else {}
+    for path in on:
+        targets.update(latents_ahead.DRAW_SITE_HOOKS[path])
+    new = {t: h for t, h in targets.items() if t not in _latents_registered}
+    for target, hook in new.items():
+        registry.register(target, hook, hook_type.AROUND)
+        _latents_registered.add(target)
+    for path in paths:
+        if path not in on:
+            _say_once(f"code:{path}", f"prenoise: sglang: {path}: off, upstream's code runs "
+                      f"untouched: {code.problems[path]}", logging.WARNING)  # fmt: skip
+    return "; ".join(f"{p}: {'on' if p in on else 'off'}" for p in paths), bool(new)
+
 
 def register() -> None:
     """Entry point (`sglang.multimodal_gen.plugins`: `prenoise`): register the hooks, or log
@@ -192,25 +332,56 @@ def register() -> None:
     if not setting:
         _say_once("off", f"prenoise: SGLang plugin disabled by {ENABLE_ENV}=0")
         return
-    code = support.current()
-    if not code.h3_initial:
-        problem = code.problems[support.H3_INITIAL_PATH]
-        _say_once("code", f"prenoise: sglang: {support.H3_INITIAL_PATH}: off, upstream's "
-                  f"code runs untouched: {problem}", logging.WARNING)  # fmt: skip
+    try:
+        stream = h3_streams.setting()
+    except NoiseStreamError as error:  # never a silent native: nothing registered
+        _say_once("stream", f"prenoise: {error}; the SGLang plugin registered nothing",
+                  logging.ERROR)  # fmt: skip
         return
+    code = support.current()
     from sglang.multimodal_gen.runtime.platforms.plugins import HookRegistry, HookType
 
+    latents, latents_new = _register_latents(code, HookRegistry, HookType)
+    if not code.h3_initial:
+        problem = code.problems[support.H3_INITIAL_PATH]
+        refused = "" if stream == NATIVE else (
+            f"; with {h3_streams.NOISE_STREAM_ENV}={stream} MiniMax-H3 requests fail "
+            "(NoiseStreamError)")  # fmt: skip
+        _say_once("code", f"prenoise: sglang: {support.H3_INITIAL_PATH}: off, upstream's "
+                  f"code runs untouched: {problem}{refused}; {latents}",
+                  logging.WARNING)  # fmt: skip
+        if stream != NATIVE or latents_new:  # only the entry hooks (H3 requests: refused
+            for target, hook in HOOKS[:2]:  # in a stream, else passed to upstream)
+                HookRegistry.register(target, hook, HookType.AROUND)
+        return
     conditions = code.runs(support.H3_CONDITIONS_PATH)
-    for target, hook in HOOKS + (CONDITION_HOOKS if conditions else ()):
+    rollout = code.runs(support.H3_ROLLOUT_PATH)
+    streamed = code.runs(support.H3_STREAMS_PATH)
+    targets = list(HOOKS)
+    targets += CONDITION_HOOKS if conditions else CONDITION_HOOKS[:1] if rollout else ()
+    targets += (ROLLOUT_HOOKS if rollout else ()) + (STREAM_HOOKS if streamed else ())
+    for target, hook in targets:
         HookRegistry.register(target, hook, HookType.AROUND)
-    if not conditions:
-        problem = code.problems[support.H3_CONDITIONS_PATH]
-        _say_once("code", f"prenoise: sglang: {support.H3_CONDITIONS_PATH}: off, upstream's "
-                  f"code runs untouched: {problem}", logging.WARNING)  # fmt: skip
+    for path, runs in ((support.H3_CONDITIONS_PATH, conditions),
+                       (support.H3_ROLLOUT_PATH, rollout),
+                       (support.H3_STREAMS_PATH, streamed or stream == NATIVE)):  # fmt: skip
+        if not runs:
+            refused = "" if stream == NATIVE else (
+                f"; with {h3_streams.NOISE_STREAM_ENV}={stream} MiniMax-H3 requests fail "
+                "(NoiseStreamError)")  # fmt: skip
+            _say_once(f"code:{path}", f"prenoise: sglang: {path}: off, upstream's code runs "
+                      f"untouched: {code.problems[path]}{refused}", logging.WARNING)  # fmt: skip
+    if not rollout:
+        rollout_noise = "upstream's draws"
+    elif stream == NATIVE:
+        rollout_noise = "CPU generators one step ahead, device generators upstream's draws"
+    else:
+        rollout_noise = f"one step ahead in stream {stream} (device generators too)"
     _say_once(
         "on",
         f"prenoise: sglang (code of {code.release}): {support.H3_INITIAL_PATH}: on "
         "(MiniMax-H3 t2va/fl2va/ref2va); "
         f"{support.H3_CONDITIONS_PATH}: {'on' if conditions else 'off'}; "
-        "rollout noise: upstream's draws",
+        f"rollout noise: {rollout_noise}; {latents}; "
+        f"noise stream: {stream} ({h3_streams.NOISE_STREAM_ENV})",
     )

@@ -37,11 +37,55 @@ Visual-condition noise (in addition to all of the above, which it rides on):
   `minimax_h3_prepared_reference_image`, `_reference_video_target_frame_count`,
   `minimax_h3_video_latent_t`: the conditions' latent shapes (canvas / 16, resolved material
   size / 16, the target-capped reference-video frame count).
+
+Rollout noise (`h3_rollout`; on top of the initial path's keys):
+
+- `minimax_h3_rollout_update_video_target`: wrapped; at a stochastic step (`sde` / `cps`, a
+  non-zero `rollout_noise_level`) it makes one `torch.randn(sample.shape, generator=generator,
+  device=sample.device, dtype=torch.float32)` — the call `h3_rollout` answers — and none at
+  others; another type raises after its draw.
+- `_effective_sde_type`: which steps are stochastic (`expected_draws` calls it).
+- `minimax_h3_denoise_loop`: calls the update once per step, `loop_step_index` 0, 1, ... over
+  the video sigma schedule, with one generator.
+- `MiniMaxH3DenoisingStage._run_full_loop`: wrapped (opens the loop's look-ahead for a rollout
+  batch); makes that generator per loop (`torch.Generator(device)`, the request seed).
+- `_resolve_full_loop_context`: the schedule is `batch.extra["minimax_h3_sigmas"]["video"]`.
+
+Named noise streams (every key above, plus): `minimax_h3_audio_cond_noise_aug_rows`, wrapped to
+draw in the stream (fresh CPU generators seeded `seed + 1`, only below a level of 1.0).
+
+Wan / HunyuanVideo and LTX-2 initial noise (`latents_ahead`; none of the MiniMax-H3 keys):
+
+- `ComposedPipelineBase.forward` / `forward_batch` (wrapped: the request entry) and `stages`
+  (where the pipeline's latent stage is found).
+- `InputValidationStage.forward` (wrapped: the draws are submitted when it returns) and
+  `_generate_seeds` (it makes `batch.generator`, CPU only for `generator_device="cpu"`).
+- `LatentPreparationStage` (whole class): `forward` / `_prepare_grouped_latents` are wrapped and
+  draw through `randn_tensor` at the shape and dtype `standard_latents.predict` computes.
+- diffusers' `randn_tensor` (0.37.0, sglang 0.5.23's pin): the `torch.randn` calls it makes per
+  generator, the calls answered.
+- `Req.batch_size`, `resolve_component_precision`: the batch and the predicted dtype.
+- Wan / HunyuanVideo: `create_pipeline_stages` of both (nothing draws from the generators
+  before the latent stage), `PipelineConfig.prepare_latent_shape` and `get_latent_dtype`.
+- LTX-2: `LTX2AVLatentPreparationStage` (whole class: video then audio, the packed LTX-2.3
+  shapes), `LTX2Pipeline.create_pipeline_stages`, `_add_ltx2_front_stages`,
+  `_add_ltx2_stage1_generation_stages`, `LTX2PipelineConfig.prepare_latent_shape` and
+  `prepare_audio_latent_shape`, `is_ltx23_native_variant`.
 """
 
 from __future__ import annotations
 
-__all__ = ["H3_CONDITIONS_PATH", "H3_INITIAL_PATH", "PATHS", "RELEASES", "REVIEWED"]
+__all__ = [
+    "H3_CONDITIONS_PATH",
+    "H3_INITIAL_PATH",
+    "H3_ROLLOUT_PATH",
+    "H3_STREAMS_PATH",
+    "LTX2_LATENTS_PATH",
+    "PATHS",
+    "RELEASES",
+    "REVIEWED",
+    "STANDARD_LATENTS_PATH",
+]
 
 RELEASES = ("0.5.23",)
 """The sglang releases every digest below was reviewed on."""
@@ -76,10 +120,72 @@ _CONDITIONS: dict[str, dict[str, tuple[str, ...]]] = {
 }
 REVIEWED.update(_CONDITIONS)
 
+_RUN_FULL_LOOP = _H3 + "stages.denoising:MiniMaxH3DenoisingStage._run_full_loop"
+_ROLLOUT: dict[str, dict[str, tuple[str, ...]]] = {
+    _H3 + "minimax_h3_rollout:minimax_h3_rollout_update_video_target": {"ad2b6cb9768b": _V0523},
+    _H3 + "minimax_h3_rollout:_effective_sde_type": {"29cb1358389b": _V0523},
+    _H3 + "denoise_loop:minimax_h3_denoise_loop": {"9320add03cf8": _V0523},
+    _H3 + "stages.denoising:_resolve_full_loop_context": {"bafab2a7309e": _V0523},
+}
+REVIEWED.update(_ROLLOUT)
+_STREAMS: dict[str, dict[str, tuple[str, ...]]] = {
+    _H3 + "condition_noise:minimax_h3_audio_cond_noise_aug_rows": {"3d8241e9a996": _V0523},
+}
+REVIEWED.update(_STREAMS)
+
+# Wan / HunyuanVideo / LTX-2 initial noise (`latents_ahead`): none of the H3 keys above.
+_RT = "sglang.multimodal_gen.runtime."
+_CFG = "sglang.multimodal_gen.configs.pipeline_configs."
+_LATENTS_COMMON: dict[str, dict[str, tuple[str, ...]]] = {
+    _RT + "pipelines_core.stages.input_validation:InputValidationStage.forward": {
+        "308d8737efe7": _V0523
+    },
+    _RT + "pipelines_core.stages.input_validation:InputValidationStage._generate_seeds": {
+        "c17d1b35a4c0": _V0523
+    },
+    _RT + "pipelines_core.stages.latent_preparation:LatentPreparationStage": {
+        "fa86a50b1792": _V0523
+    },
+    "diffusers.utils.torch_utils:randn_tensor": {"e84a218275ed": _V0523},  # diffusers 0.37.0
+    _RT + "pipelines_core.schedule_batch:Req.batch_size": {"6f22ee29b214": _V0523},
+    _RT + "utils.precision:resolve_component_precision": {"2146342137e0": _V0523},
+    _BASE + "stages": {"01294bdaa3b7": _V0523},
+}
+_STANDARD_LATENTS: dict[str, dict[str, tuple[str, ...]]] = {
+    _RT + "pipelines.wan_pipeline:WanPipeline.create_pipeline_stages": {"3c42e4810d55": _V0523},
+    _RT + "pipelines.hunyuan_pipeline:HunyuanVideoPipeline.create_pipeline_stages": {
+        "cdbff177574e": _V0523
+    },
+    _CFG + "base:PipelineConfig.prepare_latent_shape": {"ea968e6adddf": _V0523},
+    _CFG + "base:PipelineConfig.get_latent_dtype": {"06ae0f1e9ff0": _V0523},
+}
+_LTX2_LATENTS: dict[str, dict[str, tuple[str, ...]]] = {
+    _RT + "pipelines_core.stages.model_specific_stages.ltx_2.latent_preparation_av:"
+    "LTX2AVLatentPreparationStage": {"a5b09aa1ba02": _V0523},
+    _RT + "pipelines.ltx_2_pipeline:LTX2Pipeline.create_pipeline_stages": {"9dd1be8bc84c": _V0523},
+    _RT + "pipelines.ltx_2_pipeline:_add_ltx2_front_stages": {"8040a867bc7b": _V0523},
+    _RT + "pipelines.ltx_2_pipeline:_add_ltx2_stage1_generation_stages": {"728e5d95f874": _V0523},
+    _CFG + "ltx_2:LTX2PipelineConfig.prepare_latent_shape": {"887a90f788c4": _V0523},
+    _CFG + "ltx_2:LTX2PipelineConfig.prepare_audio_latent_shape": {"6d2f519f4b61": _V0523},
+    _CFG + "ltx_2:is_ltx23_native_variant": {"1dade447d1e9": _V0523},
+}
+REVIEWED.update(_LATENTS_COMMON)
+REVIEWED.update(_STANDARD_LATENTS)
+REVIEWED.update(_LTX2_LATENTS)
+_LATENT_ENTRY = (_BASE + "forward", _BASE + "forward_batch", *_LATENTS_COMMON)
+
 H3_INITIAL_PATH = "MiniMax-H3 initial noise prepared ahead"
 H3_CONDITIONS_PATH = "MiniMax-H3 visual-condition noise prepared ahead"
+H3_ROLLOUT_PATH = "MiniMax-H3 rollout noise prepared ahead"
+H3_STREAMS_PATH = "MiniMax-H3 named noise streams"
+STANDARD_LATENTS_PATH = "Wan/HunyuanVideo initial noise prepared ahead (CPU generator)"
+LTX2_LATENTS_PATH = "LTX-2 initial noise prepared ahead"
 PATHS: dict[str, tuple[str, ...]] = {
     H3_INITIAL_PATH: _INITIAL_KEYS,
     H3_CONDITIONS_PATH: _INITIAL_KEYS + tuple(_CONDITIONS),
+    H3_ROLLOUT_PATH: (*_INITIAL_KEYS, _RUN_FULL_LOOP, *_ROLLOUT),
+    H3_STREAMS_PATH: (*_INITIAL_KEYS, *_CONDITIONS, *_ROLLOUT, *_STREAMS),
+    STANDARD_LATENTS_PATH: (*_LATENT_ENTRY, *_STANDARD_LATENTS),
+    LTX2_LATENTS_PATH: (*_LATENT_ENTRY, *_LTX2_LATENTS),
 }
 """Path -> the keys of `REVIEWED` it relies on (all of them must be reviewed code)."""

@@ -24,6 +24,8 @@ from prenoise.guards.source_digests import (
 from prenoise.integrations.sglang.reviewed import (
     H3_CONDITIONS_PATH,
     H3_INITIAL_PATH,
+    H3_ROLLOUT_PATH,
+    H3_STREAMS_PATH,
     PATHS,
     RELEASES,
     REVIEWED,
@@ -33,6 +35,8 @@ __all__ = [
     "ABSENT",
     "H3_CONDITIONS_PATH",
     "H3_INITIAL_PATH",
+    "H3_ROLLOUT_PATH",
+    "H3_STREAMS_PATH",
     "Support",
     "current",
     "installed_digest",

@@ -106,3 +106,37 @@ def test_quiet_on_a_terminal_shows_nothing() -> None:
     with CommandProgress(console, "bench", quiet=True) as progress:
         progress.stage("pair 1/5 (serial)")
     assert out.getvalue() == ""
+
+
+def test_doctor_says_each_part_it_checks(capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 41: doctor ran 34-36 s in a vLLM-Omni environment in silence (diffusers' source
+    digests are most of it). Now a line per part on stderr; the table alone on stdout."""
+    assert main(["doctor"]) == 0
+    captured = capsys.readouterr()
+    assert _stages(captured.err, "doctor") == [
+        "torch and the noise backend's self-checks",
+        "the noise streams' self-checks",
+        "diffusers: the source digests of the code each plan relies on",
+        "vLLM-Omni: the source digests of the code each path relies on",
+    ]
+    assert PLAIN_PREFIX not in captured.out and "noise backend" in captured.out
+
+
+def test_stream_digest_shows_tenths_of_a_large_count(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A count up to 2**33 draws for minutes: one line per tenth (the threshold lowered here so
+    that the test draws little); the digest on stdout is the one without progress."""
+    from prenoise.cli import commands
+
+    argv = ["stream-digest", "--stream", "native", "--seed", "3", "--count", "4096,4096"]
+    assert main(argv) == 0
+    quiet = capsys.readouterr()
+    assert quiet.err == ""  # under the threshold: nothing
+    monkeypatch.setattr(commands, "STREAM_DIGEST_PROGRESS_VALUES", 16)
+    monkeypatch.setattr("prenoise.noise.streams.CANCEL_CHUNK_ELEMS", 512)  # 16 chunks
+    assert main(argv) == 0
+    shown = capsys.readouterr()
+    assert shown.out == quiet.out
+    stages = _stages(shown.err, "stream-digest")
+    assert stages == [f"drawing 8192 values in stream native: {p}%" for p in range(0, 100, 10)]

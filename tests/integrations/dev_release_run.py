@@ -5,7 +5,8 @@
 For each tiny pipeline NAME (diffusers_tiny.BUILDERS): `enable(pipe)`, one call with
 `generator=Generator().manual_seed(SEED)`, its output tensors saved to OUT/NAME.pt and its
 `CallReport` in OUT/result.json, with the diffusers version and file this process imported, every
-warning on the integration's logger, and the modular MiniMax-H3 plan's digest verdict.
+warning on the integration's logger, the modular MiniMax-H3 plan's digest verdict, and
+`prenoise doctor`'s diffusers rows.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ def main(out: Path, names: list[str]) -> None:
 
     from prenoise.integrations.diffusers import enable, overlapped_call_with_report
     from prenoise.integrations.diffusers.digests import modular_code_problem
+    from prenoise.integrations.diffusers.status import diffusers_status
 
     warnings: list[str] = []
 
@@ -59,6 +61,7 @@ def main(out: Path, names: list[str]) -> None:
         "reports": reports,
         "warnings": warnings,
         "modular_h3": modular_code_problem(MiniMaxH3ModularPipeline),
+        "doctor": dict(diffusers_status().rows()),  # `prenoise doctor`'s diffusers rows
     }
     (out / "result.json").write_text(json.dumps(result))
 

@@ -37,6 +37,7 @@ import diffusers
 import torch
 from diffusers_tiny import assert_bitwise_equal, call_kwargs, output_tensors
 
+from prenoise.integrations.diffusers.digests import NEXT_STEP
 from prenoise.integrations.diffusers.reviewed import RELEASES
 
 pytestmark = pytest.mark.skipif(
@@ -165,7 +166,9 @@ def test_an_edited_prepare_latents_runs_that_class_plain_and_names_it(
     )
     assert wan["reason"].endswith(", reviewed b3e55fffe3f4 (0.40.0/0.41.0/0.42.0/0.42.1)")
     assert result["warnings"] == [
-        f"prenoise: WanPipeline: noise not overlapped, plain call ({wan['reason']})"
+        f"prenoise: WanPipeline: noise not overlapped, plain call ({wan['reason']}); the output "
+        "is the plain call's, bitwise; prenoise's plans run on the code of diffusers 0.40.0, "
+        "0.41.0, 0.42.0, 0.42.1: install one of them, or report the changed function to prenoise"
     ]
     for name in NAMES[1:]:
         assert result["reports"][name]["overlapped"], name
@@ -173,6 +176,13 @@ def test_an_edited_prepare_latents_runs_that_class_plain_and_names_it(
         "diffusers code differs from the reviewed code: MiniMaxH3PrepareLatentsStep.__call__ "
         "(diffusers.modular_pipelines.minimax_h3.before_denoise) changed: digest "
     )
+    # `prenoise doctor` names both changed functions, with the next step
+    doctor = result["doctor"]
+    changed = wan["reason"].removeprefix("diffusers code differs from the reviewed code: ")
+    assert f"WanPipeline: {changed}" in doctor["diffusers classes planned"]
+    assert doctor["diffusers classes planned"].endswith(f"; {NEXT_STEP}")
+    assert "MiniMaxH3PrepareLatentsStep.__call__ (" in doctor["diffusers modular plans"]
+    assert f"; {NEXT_STEP}" in doctor["diffusers modular plans"]
     _assert_served_as_the_release(result, tmp_path / "out", plain, NAMES)
 
 

@@ -58,12 +58,12 @@ def test_changed_code_is_named_per_class(fresh_digests: Any) -> None:
     assert rows["diffusers classes planned"] == (
         f"{n - 1} of {n} planned; plain (code changed): WanPipeline: WanPipeline.prepare_latents "
         f"(diffusers.pipelines.wan.pipeline_wan) changed: digest {installed[WAN]}, reviewed "
-        "0123456789ab (0.42.1)"
+        f"0123456789ab (0.42.1); {fresh_digests.NEXT_STEP}"
     )
     assert rows["diffusers per-step noise ahead"] == (
         f"{len(STEP_DRAWS) - 1} of {len(STEP_DRAWS)} schedulers; plain (code changed): "
         "DDIMScheduler: DDIMScheduler.step (diffusers.schedulers.scheduling_ddim) changed: "
-        f"digest {installed[DDIM]}, reviewed 0123456789ab (0.42.1)"
+        f"digest {installed[DDIM]}, reviewed 0123456789ab (0.42.1); {fresh_digests.NEXT_STEP}"
     )
     text = _rendered()
     assert "WanPipeline.prepare_latents" in text and "DDIMScheduler.step" in text

@@ -743,7 +743,12 @@ def test_changed_code_runs_plain_naming_the_function(
         f"diffusers code differs from the reviewed code: FakePipe.__call__ ({FakePipe.__module__})"
         f" changed: digest {installed}, reviewed 0123456789ab (0.42.1)"
     )
-    assert report.reason == reason and warned(caplog) == [warning_for(reason)]
+    next_step = (
+        "; the output is the plain call's, bitwise; prenoise's plans run on the code of "
+        "diffusers 0.40.0, 0.41.0, 0.42.0, 0.42.1: install one of them, or report the changed "
+        "function to prenoise"
+    )
+    assert report.reason == reason and warned(caplog) == [warning_for(reason, next_step)]
     assert report_module._logged == {("FakePipe", "changed-code")}
     assert all(bitwise_equal(a, b) for a, b in zip(out, pipe(generator=gen(30)), strict=True))
     fresh_digests.register_reviewed_code(PATH, {key: {installed: ("0.43.0.dev0",)}})
@@ -791,6 +796,7 @@ def test_a_changed_scheduler_step_draws_per_step_noise_plainly(
         "differs from the reviewed code: CogVideoXDPMScheduler.step "
         "(diffusers.schedulers.scheduling_dpm_cogvideox) changed: digest "
     )
+    assert message.endswith(f"; {fresh_digests.NEXT_STEP}")
 
 
 def test_a_changed_raw_draw_window_refuses_the_stream_call(fresh_digests: Any) -> None:
@@ -812,7 +818,9 @@ def test_a_changed_raw_draw_window_refuses_the_stream_call(fresh_digests: Any) -
         "LTXImageToVideoPipeline._denormalize_latents (diffusers.pipelines.ltx."
         "pipeline_ltx_image2video) changed: digest "
     )
-    assert str(refused.value).endswith("refusing rather than drawing it natively")
+    assert str(refused.value).endswith(
+        f"refusing rather than drawing it natively; {fresh_digests.NEXT_STEP}"
+    )
 
 
 def test_a_modular_plan_is_gated_by_its_reviewed_code(fresh_digests: Any) -> None:

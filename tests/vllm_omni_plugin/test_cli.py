@@ -145,3 +145,27 @@ def test_prepare_next_output_requires_every_output_prepared(
     assert result.not_prepared_reasons == [
         f"output1.{name}: not drawn ahead (upstream's serial code drew it)" for name in NOISE
     ]
+
+
+def test_verify_says_each_phase_on_stderr(
+    tmp_path: Path, image_ref: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 41: 50-96 s with only upstream's own progress bars. Now a line per phase on stderr
+    (not on a terminal), the report alone on stdout."""
+    capsys.readouterr()
+    status, _ = verify(tmp_path, "--reference", str(image_ref))
+    assert status == 0
+    captured = capsys.readouterr()
+    stages = [
+        line.split("] ", 1)[1]
+        for line in captured.err.splitlines()
+        if line.startswith("[prenoise vllm-omni-verify ")
+    ]
+    assert stages == [
+        "importing vLLM-Omni",
+        "checking the settings, the request and its references",
+        "MiniMax-H3's forward, plugin off (upstream's code)",
+        "MiniMax-H3's forward, plugin on (prenoise)",
+        "comparing every field, bitwise",
+    ]
+    assert "[prenoise " not in captured.out

@@ -29,6 +29,7 @@ from hypothesis import strategies as st
 
 from bitwise import bitwise_equal
 from prenoise.integrations.vllm_omni import plugin
+from prenoise.integrations.vllm_omni.h3_request import request_of_kind
 from prenoise.integrations.vllm_omni.settings import NEXT_OUTPUT_ENV
 from prenoise.integrations.vllm_omni.standins import build_pipeline, synthetic_audio
 from prenoise.integrations.vllm_omni.verification import H3Request
@@ -208,13 +209,13 @@ def test_plugin_on_gives_plugin_offs_outputs_or_its_exception(
 ) -> None:
     request = H3Request(references[kind], seed=seed, duration=duration, width=width,
                         height=height, outputs=outputs, steps=1)  # fmt: skip
-    if task in ("t2va", "fl2va"):
+    if task == "fl2va":  # the image references as keyframes
         keyframes = tuple(r for r in references["image+video"] if r.suffix == ".png")
-        request = replace(request, task=task, references=keyframes if task == "fl2va" else ())
-    elif task == "continuation":
-        request = replace(request, continuation=True)
-    elif task == "guided":
+        request = replace(request, references=keyframes)
+    if task == "guided":  # the image fixture as the guide, whatever the references
         request = replace(request, guides=((0, references["image"][0]),))
+    else:
+        request = request_of_kind(task, request)  # as `vllm-omni-verify --kind` builds it
     state = torch.get_rng_state()
     off, _ = _outcome(request, on=False, next_output=next_output)
     torch.set_rng_state(state)

@@ -352,8 +352,17 @@ def test_register_installs_whatever_the_version_says(
     assert plugin._said == {f"code:{path}" for path in support.current().problems}
 
 
+NEXT_STEP = (
+    "prenoise supports the code of vllm-omni 0.30.0, 0.31.0rc1, 0.32.0rc1: install one of them, "
+    "or report the changed function to prenoise"
+)
+
+
 def _path_off_line(version: str, path: str, problem: str) -> str:
-    return f"prenoise: vllm-omni {version}: {path}: off, upstream's code runs untouched: {problem}"
+    return (
+        f"prenoise: vllm-omni {version}: {path}: off, upstream's code runs untouched: {problem}; "
+        f"{NEXT_STEP}"
+    )
 
 
 @pytest.mark.parametrize(
@@ -371,8 +380,9 @@ def test_register_names_a_path_whose_code_changed_once(
         plugin.register()
     if path == support.H3_STREAMS_PATH:
         line = (
-            "prenoise: vllm-omni 0.40.0: MiniMax-H3 runs upstream's code untouched; with a named "
-            f"PRENOISE_VLLM_OMNI_NOISE_STREAM its requests fail (NoiseStreamError): {problem}"
+            "prenoise: vllm-omni 0.40.0: MiniMax-H3 runs upstream's code untouched (noise "
+            "streams and noise prepared ahead off); with a named PRENOISE_VLLM_OMNI_NOISE_STREAM "
+            f"its requests fail (NoiseStreamError): {problem}; {NEXT_STEP}"
         )
         assert set(plugin._installed) == {"forward"}  # the guard alone
     else:

@@ -14,6 +14,7 @@ native runs it untouched, a named stream refuses its requests.
 from __future__ import annotations
 
 import importlib.metadata
+import importlib.util
 import json
 import os
 import subprocess
@@ -25,8 +26,9 @@ from typing import Any
 
 import forked
 import pytest
-from release import CODE, RELEASE
+from release import CODE, PRENOISE_WORKER, RELEASE
 
+from prenoise.cli.commands import main
 from prenoise.integrations.vllm_omni import digests, support
 from prenoise.integrations.vllm_omni.reviewed import (
     ABSENT,
@@ -38,6 +40,7 @@ from prenoise.integrations.vllm_omni.reviewed import (
     SEEN_NOT_REVIEWED,
     WAN_AHEAD_PATH,
 )
+from prenoise.integrations.vllm_omni.verification import NOTHING_OF_PRENOISE
 from waits import READY_CEILING_S
 
 REPO = Path(__file__).resolve().parents[2]
@@ -253,10 +256,11 @@ def test_an_edited_wrapped_function_turns_its_path_off_naming_it_once(
     )
     for request in result["requests"]:
         assert request["equal"] and not request["prepared"]
-        assert request["reasons"] == [
-            "request not eligible: this vllm-omni's MiniMaxH3Pipeline.encode_prompt is not the "
-            "reviewed code"
-        ]
+        [reason] = request["reasons"]
+        assert reason.startswith(
+            f"{H3_AHEAD_PATH} off on this vllm-omni, so prenoise prepared nothing (upstream's "
+            f"code ran untouched): MiniMaxH3Pipeline.encode_prompt ({PIPELINE}) changed: digest "
+        )
 
 
 @pytest.mark.slow
@@ -277,12 +281,142 @@ def test_an_edited_draw_leaves_minimax_h3_to_upstream(
     for request in result["requests"]:
         if request["stream"] == "native":
             assert request.get("equal") is True and not request["prepared"], request
-            assert request["reasons"] == [
-                "the plugin's forward wrapper opened no request preparation"
-            ]
+            [reason] = request["reasons"]
+            assert reason.startswith(
+                f"{H3_STREAMS_PATH} off on this vllm-omni, so prenoise prepared nothing "
+                "(upstream's code ran untouched): MiniMaxH3Pipeline._initial_noise ("
+            )
         else:
             assert "MiniMaxH3Pipeline._initial_noise (" in request["error"]
             assert request["error"].endswith("use the native stream")
+
+
+_COMMANDS = textwrap.dedent(
+    """
+    import sys
+    from prenoise.cli.commands import main
+    status = main(["vllm-omni-verify", "--steps", "1", "--json", sys.argv[1]])
+    print(f"verify exit {status}", flush=True)
+    from prenoise.integrations.vllm_omni.status import plugin_status
+    for name, value in plugin_status().rows():  # what `prenoise doctor` prints for the plugin
+        print(f"doctor {name} | {value}", flush=True)
+    """
+)
+
+
+@pytest.mark.slow
+def test_every_command_taking_the_fallback_names_the_changed_function(
+    tmp_path: Path, vllm_forkserver: ForkServerContext
+) -> None:
+    """Issue 41: one statement added to `MiniMaxH3Pipeline.diffuse` (a caller of a draw) of a
+    scratch copy. `vllm-omni-verify` says, before running, which function changed, the releases
+    it was reviewed on and what to do; its verdict says that is why nothing was prepared (exit
+    1); `prenoise doctor` reports each path (never MiniMax-H3 active) with the function named."""
+    root = _scratch(tmp_path / "site", _body_edit("diffuse"))
+    environ = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(root), str(REPO / "src")]),
+        "COLUMNS": "1000",
+    }
+    report = tmp_path / "verify.json"
+    done = forked.run(vllm_forkserver, _COMMANDS, [str(report)], environ, tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = done.stdout.splitlines()
+    assert "verify exit 1" in out, done.stdout[-3000:]
+    changed = f"MiniMaxH3Pipeline.diffuse ({PIPELINE}) changed: digest "
+    reviewed = REVIEWED[f"{PIPELINE}:MiniMaxH3Pipeline.diffuse"]
+    releases = ", ".join(f"{d} ({'/'.join(r)})" for d, r in reviewed.items())
+    [warning] = [line for line in out if line.startswith("warning:")]
+    assert warning.startswith(
+        f"warning: prenoise: vllm-omni {SCRATCH_VERSION}: MiniMax-H3 runs upstream's code "
+        "untouched (noise streams and noise prepared ahead off)"
+    )
+    assert changed in warning and f"; reviewed {releases}; " in warning
+    assert RELEASE in releases and warning.endswith(f"; {support.NEXT_STEP}")
+    verdict = json.loads(report.read_text())
+    assert verdict["equal"] is True and verdict["verified"] is False
+    [reason] = verdict["not_prepared_reasons"]
+    assert reason.startswith(
+        f"{H3_STREAMS_PATH} off on this vllm-omni, so prenoise prepared nothing (upstream's code "
+        f"ran untouched): {changed}"
+    )
+    [summary] = [line for line in out if line.startswith("NOT VERIFIED:")]
+    assert summary.endswith(f"PLUGIN ARM NOT PREPARED AHEAD: {reason}")
+    doctor = dict(
+        line[len("doctor ") :].split(" | ", 1) for line in out if line.startswith("doctor ")
+    )
+    assert doctor["vLLM-Omni plugin"].startswith(
+        f"active in every vLLM-Omni process for {WAN_AHEAD_PATH} only"
+    )
+    for path in (H3_AHEAD_PATH, H3_STREAMS_PATH):
+        assert doctor[path].startswith(f"off: upstream's code runs untouched; {changed}")
+        assert doctor[path].endswith(f"; {support.NEXT_STEP}")
+    assert doctor[WAN_AHEAD_PATH] == "on (the reviewed code)"
+    assert doctor["vllm-omni-verify"].startswith("exits 1 here")
+
+
+# -- `vllm-omni-verify` exercises prenoise's own preparation on this release (issue 41) -----------
+
+GUIDES = importlib.util.find_spec("vllm_omni.model_executor.models.minimax_h3.timeline_guides")
+
+
+def _verify_cli(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], *argv: str
+) -> tuple[int, dict[str, Any], list[str]]:
+    """The command in this process (one step): its status, JSON report and printed lines."""
+    out = tmp_path / "verify.json"
+    capsys.readouterr()
+    status = main(["vllm-omni-verify", "--steps", "1", *argv, "--json", str(out)])
+    lines = capsys.readouterr().out.splitlines()
+    return status, json.loads(out.read_text()), lines
+
+
+def _drawn_by_prenoise(report: dict[str, Any]) -> list[str]:
+    drawn = report["arms"]["plugin_on"]["drawn_on"]
+    return [field for field, thread in drawn.items() if thread.startswith(PRENOISE_WORKER)]
+
+
+def test_verify_by_default_verifies_a_kind_prenoise_prepares(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """0.32.0rc1 draws a Ref2VA request's first output ahead itself: the default there is FL2VA
+    (upstream draws it serially), elsewhere Ref2VA; either way prenoise drew and handed over."""
+    status, report, lines = _verify_cli(tmp_path, capsys)
+    kind = "fl2va" if CODE.upstream_prepares_ref2va else "ref2va"
+    assert lines[0].startswith(f"request: {kind} (the default"), lines[0]
+    assert status == 0 and report["verified"], lines[-3:]
+    assert "initial_video_noise" in _drawn_by_prenoise(report)
+
+
+@pytest.mark.parametrize("kind", ["t2va", "fl2va", "continuation", "guided"])
+def test_verify_takes_the_request_kinds_the_docs_name(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str
+) -> None:
+    if kind == "guided" and GUIDES is None:
+        pytest.skip("timeline guides are new in vllm-omni 0.32.0rc1 (refused: test_verify_inputs)")
+    argv = ["--kind", kind, *(["--duration", "8"] if kind == "continuation" else [])]
+    status, report, lines = _verify_cli(tmp_path, capsys, *argv)
+    assert lines[0] == f"request: {kind}"
+    assert status == 0 and report["verified"], lines[-3:]
+    drawn = _drawn_by_prenoise(report)
+    expected = "visual_condition_noise" if kind == "guided" else "initial_video_noise"
+    assert expected in drawn, drawn  # guided: upstream draws the target noise on 0.32.0rc1
+    if kind == "continuation":  # two windows compared
+        assert "pass1.initial_video_noise" in report["fields"]
+
+
+def test_a_request_prenoise_draws_nothing_of_is_not_verified(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """On 0.32.0rc1 a one-output Ref2VA request is all upstream's own overlap: "equal" proves
+    nothing of prenoise, so the command says so and exits 1 (it exited 0)."""
+    if not CODE.upstream_prepares_ref2va:
+        pytest.skip("prenoise prepares a Ref2VA request itself on this release (the default)")
+    status, report, lines = _verify_cli(tmp_path, capsys, "--kind", "ref2va")
+    assert status == 1 and report["equal"] and not report["verified"]
+    assert report["not_prepared_reasons"] == [NOTHING_OF_PRENOISE]
+    assert not _drawn_by_prenoise(report)
+    assert lines[-2].endswith(f"PLUGIN ARM NOT PREPARED AHEAD: {NOTHING_OF_PRENOISE}")
 
 
 def test_support_is_computed_once() -> None:

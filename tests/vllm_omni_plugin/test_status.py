@@ -22,6 +22,13 @@ def test_here_the_plugin_is_registered_supported_and_active() -> None:
     assert found.rows() == [
         ("vLLM-Omni plugin", ACTIVE),
         ("vllm-omni", f"{found.vllm_omni_version} ({CODE})"),
+        ("MiniMax-H3 noise prepared ahead", "on (the reviewed code)"),
+        ("MiniMax-H3 noise streams", "on (the reviewed code)"),
+        ("Wan2.2 T2V latents prepared ahead", "on (the reviewed code)"),
+        (
+            "vllm-omni-verify",
+            "proves MiniMax-H3's noise prepared ahead by prenoise (plugin off vs on)",
+        ),
         ("entry point vllm_omni.general_plugins", "prenoise.integrations.vllm_omni:register"),
         ("VLLM_PLUGINS", "(unset)"),
         (
@@ -59,20 +66,41 @@ def test_changed_code_missing_or_unregistered(monkeypatch: pytest.MonkeyPatch) -
     active as the release it equals; a changed draw is named."""
     monkeypatch.setattr(status, "installed_version", lambda name: "0.33.0")
     assert status.plugin_status({}).verdict == ACTIVE
-    changed = support.Support(
-        {support.H3_STREAMS_PATH: "MiniMaxH3Pipeline._initial_noise (m) changed: digest x"}
-    )
+    problem = "MiniMaxH3Pipeline._initial_noise (m) changed: digest x; reviewed y (0.30.0)"
+    both = {support.H3_STREAMS_PATH: problem, support.H3_AHEAD_PATH: problem}
+    changed = support.Support(both)
     monkeypatch.setattr(support, "current", lambda: changed)
     found = status.plugin_status({})
     assert not found.supported
-    assert found.rows()[1] == (
+    rows = found.rows()
+    assert rows[1] == (
         "vllm-omni",
-        "0.33.0 (no reviewed release's code; MiniMax-H3 noise streams off: "
-        "MiniMaxH3Pipeline._initial_noise is not the reviewed code)",
+        "0.33.0 (no reviewed release's code; MiniMax-H3 noise prepared ahead off: "
+        "MiniMaxH3Pipeline._initial_noise is not the reviewed code; MiniMax-H3 noise streams "
+        "off: MiniMaxH3Pipeline._initial_noise is not the reviewed code)",
     )
+    off = f"off: upstream's code runs untouched; {problem}; {support.NEXT_STEP}"
+    assert rows[2:6] == [
+        ("MiniMax-H3 noise prepared ahead", off),
+        ("MiniMax-H3 noise streams", off),
+        ("Wan2.2 T2V latents prepared ahead", "on (the reviewed code)"),
+        (
+            "vllm-omni-verify",
+            "exits 1 here: MiniMax-H3 noise prepared ahead is off, so prenoise prepares nothing "
+            "for it to prove",
+        ),
+    ]
+    assert support.NEXT_STEP.startswith("prenoise supports the code of vllm-omni 0.30.0, ")
     assert found.verdict == (
-        "active in every vLLM-Omni process (MiniMax-H3, stream native; off here: MiniMax-H3 "
-        "noise streams)"
+        "active in every vLLM-Omni process for Wan2.2 T2V latents prepared ahead only (stream "
+        "native); off here: MiniMax-H3 noise streams, MiniMax-H3 noise prepared ahead (see the "
+        "rows below)"
+    )  # never "active" for MiniMax-H3 while its paths are off
+    every = support.Support({path: problem for path in support.PATHS})
+    monkeypatch.setattr(support, "current", lambda: every)
+    assert status.plugin_status({}).verdict == (
+        "inactive: every path runs upstream's code untouched here (the code changed: see the "
+        "rows below)"
     )
     monkeypatch.setattr(status, "installed_version", lambda name: None)
     assert status.plugin_status({}).verdict == "inactive: vllm-omni is not installed here"

@@ -10,6 +10,7 @@ upstream has the check; references typed by content, audio ones included.
 from __future__ import annotations
 
 import functools
+import importlib.util
 import json
 import shutil
 import subprocess
@@ -24,6 +25,8 @@ from prenoise.integrations.vllm_omni.preflight import VerifyInputError, referenc
 from prenoise.integrations.vllm_omni.settings import ENABLE_ENV, MISMATCH_ENV, NEXT_OUTPUT_ENV
 from prenoise.integrations.vllm_omni.standins import StandInHooks, synthetic_audio
 from prenoise.integrations.vllm_omni.verification import H3Request, verify_request
+
+GUIDES = "vllm_omni.model_executor.models.minimax_h3.timeline_guides"
 
 
 def needs_ffmpeg() -> None:
@@ -103,7 +106,10 @@ def refused(tmp_path: Path, capsys: pytest.CaptureFixture[str], *argv: str) -> s
         (["--seed", str(-(2**63) - 1)], f"seed {-(2**63) - 1} is outside torch's seed range"),
         (["--seed", str(2**64)], f"seed {2**64} is outside torch's seed range"),
         (["--seed", str(2**64 - 1), "--outputs", "2"], f"seed + outputs - 1 = {2**64} is outside"),
-        (["--steps", "0"], "--steps must be >= 1, got 0"),
+        (["--steps", "0"], "--steps 0: expected 1..1000 (upstream needs at least 1"),
+        # issue 42: ran ~10 min before upstream's own ValueError
+        (["--steps", "100000000"], "--steps 100000000: expected 1..1000"),
+        (["--steps", "1001"], "--steps 1001: expected 1..1000"),
     ],
     ids=lambda value: " ".join(value) if isinstance(value, list) else "",
 )
@@ -203,6 +209,66 @@ def test_a_text_file_named_png_is_refused(
         f"reference {text_as_png}: not an image, video or audio file (neither Pillow nor PyAV "
         "can read it)"
     )
+
+
+def _png_header(path: Path, width: int, height: int) -> Path:
+    """A PNG whose header declares `width` x `height` (1-bit gray) and whose data is one byte:
+    what a decoder would allocate for, Pillow refuses to open as a decompression bomb."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        crc = zlib.crc32(kind + data) & 0xFFFFFFFF
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", crc)
+
+    header = struct.pack(">IIBBBBB", width, height, 1, 0, 0, 0, 0)
+    body = chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(b"\0")) + chunk(b"IEND", b"")
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + body)
+    return path
+
+
+@pytest.mark.usefixtures("no_pipeline")
+def test_an_image_over_upstreams_size_is_refused_from_its_header(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], media: Path
+) -> None:
+    """Issue 42: a PNG declaring 100000x100000 was Pillow's DecompressionBombError, an internal
+    error. Now one line, exit 2, from the header alone (before the command imports vLLM-Omni:
+    7 s instead of 54 s on a busy 2-core machine)."""
+    bomb = _png_header(media / "bomb.png", 100_000, 100_000)
+    big = _png_header(media / "big.png", 7000, 7000)
+    line = refused(tmp_path, capsys, "--reference", str(bomb))
+    assert line == (
+        f"reference {bomb}: an image of more than 178956970 pixels, read from its header "
+        "(nothing decoded), over the largest image upstream takes (5760x5760: 256..5760 px a "
+        "side); use a smaller image"
+    )
+    assert refused(tmp_path, capsys, "--reference", str(big)).startswith(
+        f"reference {big}: an image of 7000x7000 (49000000 pixels), read from its header"
+    )
+
+
+@pytest.mark.usefixtures("no_pipeline")
+def test_request_kinds_refuse_references_they_cannot_take(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], image_ref: Path, video_ref: Path
+) -> None:
+    image, clip = str(image_ref), str(video_ref)
+    cases = {
+        ("t2va", image): "--kind t2va: a text-only request takes no --reference",
+        ("fl2va", clip): "--kind fl2va: the keyframes are 1 or 2 --reference images (first, or "
+        "first and last), got video",
+        ("fl2va", image, image, image): "--kind fl2va: the keyframes are 1 or 2 --reference "
+        "images (first, or first and last), got image, image, image",
+    }
+    if importlib.util.find_spec(GUIDES) is None:
+        cases[("guided", image)] = (
+            "--kind guided: this vllm-omni has no timeline guides (new in vllm-omni 0.32.0rc1); "
+            "pick another --kind"
+        )
+    else:
+        cases[("guided", clip)] = "--kind guided: the guide is the first --reference image"
+    for (kind, *paths), message in cases.items():
+        argv = [arg for path in paths for arg in ("--reference", path)]
+        assert refused(tmp_path, capsys, "--kind", kind, *argv) == message, kind
 
 
 @pytest.mark.usefixtures("no_pipeline")

@@ -45,7 +45,7 @@ COMMAND_EXTRAS: dict[str, tuple[str, ...]] = {
     "serve": ("ref2va", "serve"),
 }
 """pip extras each command needs (checked before it starts; `doctor`, `demo`, `compare` need
-none). `vllm-omni-verify` checks for vLLM-Omni itself."""
+none). `vllm-omni-verify` and `sglang-verify` check for vLLM-Omni / SGLang themselves."""
 
 console = Console()
 
@@ -71,7 +71,9 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 def _cmd_doctor(args: argparse.Namespace) -> int:
     from prenoise.cli.doctor import doctor_table
 
-    console.print(doctor_table())
+    with CommandProgress(console, "doctor") as progress:  # a line per part on stderr
+        table = doctor_table(progress)
+    console.print(table)
     return 0
 
 
@@ -88,10 +90,31 @@ def _cmd_recipes(args: argparse.Namespace) -> int:
     return 0
 
 
+STREAM_DIGEST_PROGRESS_VALUES = 1 << 26
+"""From this many values in all (~67M: seconds on a busy machine; a count may be 2**33, minutes)
+`stream-digest` shows its progress, one line per tenth on stderr (not on a terminal)."""
+
+
 def _cmd_stream_digest(args: argparse.Namespace) -> int:
     from prenoise.noise.streams import stream_digest
 
-    print(stream_digest(args.stream, args.seed, args.count, args.dtype))
+    total = sum(args.count)
+    if total < STREAM_DIGEST_PROGRESS_VALUES:
+        print(stream_digest(args.stream, args.seed, args.count, args.dtype))
+        return 0
+    with CommandProgress(console, "stream-digest") as progress:
+        progress.stage(f"drawing {total} values in stream {args.stream}: 0%")
+        shown = 0
+
+        def on_chunk(done: int) -> None:
+            nonlocal shown
+            tenth = 10 * done // total
+            if tenth > shown and done < total:
+                shown = tenth
+                progress.stage(f"drawing {total} values in stream {args.stream}: {tenth * 10}%")
+
+        digest = stream_digest(args.stream, args.seed, args.count, args.dtype, on_chunk=on_chunk)
+    print(digest)
     return 0
 
 
@@ -445,6 +468,18 @@ def _cmd_vllm_omni_verify(args: argparse.Namespace) -> int:
     return run(args, console)
 
 
+def _cmd_sglang_verify(args: argparse.Namespace) -> int:
+    from prenoise.cli.sglang_verify import run
+
+    return run(args, console)
+
+
+def _cmd_rollout_check(args: argparse.Namespace) -> int:
+    from prenoise.cli.rollout_check import run
+
+    return run(args, console)
+
+
 def _command(name: str) -> Callable[[argparse.Namespace], int]:
     """The function that runs subcommand `name` (the parser, `prenoise.cli.parser`, knows only
     the options), looked up when it runs."""
@@ -459,6 +494,8 @@ def _command(name: str) -> Callable[[argparse.Namespace], int]:
         "serve": _cmd_serve,
         "compare": _cmd_compare,
         "vllm-omni-verify": _cmd_vllm_omni_verify,
+        "sglang-verify": _cmd_sglang_verify,
+        "rollout-check": _cmd_rollout_check,
     }[name]
 
 

@@ -9,12 +9,18 @@ from rich.table import Table
 
 from prenoise.cli import omp_policy
 from prenoise.observe.console_text import cell
+from prenoise.observe.progress import CommandProgress
 
 __all__ = ["doctor_table"]
 
 
-def doctor_table() -> Table:
-    """The doctor's report: noise backend, torch, noise streams, diffusers, the vLLM-Omni plugin."""
+def doctor_table(progress: CommandProgress | None = None) -> Table:
+    """The doctor's report: noise backend, torch, noise streams, diffusers, the vLLM-Omni plugin.
+
+    `progress` (the command's): one stage per part, so that a slow part (diffusers' source
+    digests, several seconds in a vLLM-Omni environment) shows where the command is."""
+    stage = progress.stage if progress is not None else (lambda name: None)
+    stage("torch and the noise backend's self-checks")
     import torch
 
     from prenoise.noise import kernel
@@ -41,8 +47,11 @@ def doctor_table() -> Table:
     table.add_row("OpenMP wait policy", cell(omp_policy.describe()))
     cuda = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none"
     table.add_row("CUDA", cell(cuda))
+    stage("the noise streams' self-checks")
     _noise_stream_rows(table)
+    stage("diffusers: the source digests of the code each plan relies on")
     _diffusers_rows(table)
+    stage("vLLM-Omni: the source digests of the code each path relies on")
     _vllm_omni_rows(table)
     return table
 

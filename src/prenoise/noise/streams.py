@@ -417,6 +417,7 @@ def stream_digest(
     *,
     cancel: CancelEvent | None = None,
     chunk_elems: int | None = None,
+    on_chunk: Callable[[int], None] | None = None,
 ) -> str:
     """sha256 (hex) of the raw little-endian bytes of ``counts`` draws made one after another on
     ``Generator().manual_seed(seed)`` in ``stream`` — what ``prenoise stream-digest`` prints and
@@ -426,7 +427,8 @@ def stream_digest(
     ``prenoise.noise.chunks.CANCEL_CHUNK_ELEMS``; see ``prenoise.noise.chunks.chunk_bounds``) in
     one reused buffer: the same bytes as one draw per count, in bounded memory. Between chunks the
     run returns to Python, so Ctrl-C (and SIGTERM's handler) lands within one chunk, and
-    ``Cancelled`` is raised once ``cancel`` is set. ``counts`` are ints >= 16.
+    ``Cancelled`` is raised once ``cancel`` is set. ``counts`` are ints >= 16. ``on_chunk`` (the
+    command's progress) is called after each chunk with the values drawn so far, of all counts.
     """
     check_stream_name(stream)
     if dtype not in DIGEST_DTYPES:
@@ -444,6 +446,7 @@ def stream_digest(
     buffer = kernel.empty((longest,), dtype=torch_dtype)
     g = torch.Generator().manual_seed(seed)
     digest = hashlib.sha256()
+    done = 0
     for n in sizes:
         for start, stop in chunk_bounds(n, chunk):
             raise_if_cancelled(cancel, "stream digest")
@@ -455,4 +458,7 @@ def stream_digest(
                 out=buffer[: stop - start],
             )
             digest.update(values.view(torch.uint8).numpy().data)  # hashed in place, not copied
+            done += stop - start
+            if on_chunk is not None:
+                on_chunk(done)
     return digest.hexdigest()

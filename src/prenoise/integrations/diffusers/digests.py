@@ -47,6 +47,7 @@ from prenoise.integrations.diffusers.reviewed import COMMON, RELEASES, REVIEWED,
 from prenoise.integrations.diffusers.reviewed_modular import MODULAR_COMMON, MODULAR_REVIEWED
 
 __all__ = [
+    "NEXT_STEP",
     "RELEASES",
     "TESTED_DIFFUSERS_VERSIONS",
     "CodeUnavailable",
@@ -65,6 +66,12 @@ __all__ = [
     "window_code_problem",
 ]
 
+NEXT_STEP = (
+    f"prenoise's plans run on the code of diffusers {', '.join(RELEASES)}: install one of them, "
+    "or report the changed function to prenoise"
+)
+"""What to do about a class, scheduler or window whose relied-on code changed: every line
+naming a changed function ends with it."""
 TESTED_DIFFUSERS_VERSIONS = frozenset(RELEASES)
 """The diffusers releases every reviewed digest was read on (0.40.0, vLLM-Omni 0.30.0's pin, to
 0.42.1). Support is decided by the digests, not by this set: any diffusers whose relied-on code

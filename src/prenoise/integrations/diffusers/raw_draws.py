@@ -53,7 +53,7 @@ from typing import Any
 
 import torch
 
-from prenoise.integrations.diffusers.digests import window_code_problem
+from prenoise.integrations.diffusers.digests import NEXT_STEP, window_code_problem
 from prenoise.noise import streams as noise_streams
 from prenoise.noise.stream_mode import StreamDrawMode
 from prenoise.noise.streams import NoiseStreamError
@@ -175,7 +175,8 @@ def call_window(cls: type, pipe: Any, stream: str) -> CallWindow | None:
     if changed is not None:
         raise NoiseStreamError(
             f"{cls.__name__}: its {window.what} (a raw torch.randn) cannot be drawn in noise "
-            f"stream {stream!r}: {changed}; refusing rather than drawing it natively"
+            f"stream {stream!r}: {changed}; refusing rather than drawing it natively; "
+            f"{NEXT_STEP}"
         )
     opener = inspect.getattr_static(type(pipe), window.after, None)
     if not getattr(getattr(opener, "__func__", opener), _OPENS, False):

@@ -12,6 +12,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from prenoise.integrations.diffusers.digests import NEXT_STEP
 from prenoise.integrations.diffusers.plan import PlannedDraw
 
 __all__ = [
@@ -31,6 +32,7 @@ _HINTS = {
     "generator-device": "pass a CPU generator to overlap it (the output then follows the CPU "
     "generator's noise, as in the plain call with that generator)",
     "class": "prenoise.integrations.diffusers.supported() lists the classes with a plan",
+    "changed-code": f"the output is the plain call's, bitwise; {NEXT_STEP}",
 }
 _logged: set[tuple[str, str]] = set()
 _logged_lock = threading.Lock()

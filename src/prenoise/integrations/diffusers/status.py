@@ -64,7 +64,9 @@ def _summary(verdicts: Mapping[str, str | None], what: str) -> str:
     text = f"{used} of {len(verdicts)} {what}"
     plain = [f"{name}: {problem}" for name, problem in verdicts.items() if problem is not None]
     if plain:
-        text += "; plain (code changed): " + "; ".join(plain)
+        from prenoise.integrations.diffusers.digests import NEXT_STEP
+
+        text += "; plain (code changed): " + "; ".join(plain) + f"; {NEXT_STEP}"
     return text
 
 

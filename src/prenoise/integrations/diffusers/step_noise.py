@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from prenoise.integrations.diffusers.digests import step_code_problem
+from prenoise.integrations.diffusers.digests import NEXT_STEP, step_code_problem
 from prenoise.integrations.diffusers.report import first_time
 from prenoise.preparation.executor import PreparationExecutor
 from prenoise.preparation.lookahead import WORKER_NICE, LookaheadLimits, StepLookahead
@@ -103,7 +103,10 @@ def _reviewed_count(cls: type) -> Callable[[torch.Tensor], int] | None:
         return count
     if first_time(cls.__qualname__, "changed-code"):
         logger.warning(
-            "prenoise: %s: per-step noise drawn in the loop (%s)", cls.__qualname__, changed
+            "prenoise: %s: per-step noise drawn in the loop (%s); %s",
+            cls.__qualname__,
+            changed,
+            NEXT_STEP,
         )
     return None
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
+import importlib.util
 import json
 import os
 import subprocess
@@ -16,9 +18,18 @@ from rich.console import Console
 from rich.table import Table
 
 from prenoise.guards.usage import UsageError, check_output_file
+from prenoise.integrations.vllm_omni.h3_request import KINDS, request_of_kind
+from prenoise.integrations.vllm_omni.preflight import (
+    MAX_STEPS,
+    check_kind,
+    check_steps,
+    resolve_reference_paths,
+)
+from prenoise.integrations.vllm_omni.reference_kinds import check_image_header
 from prenoise.integrations.vllm_omni.settings import MISMATCH_ENV, NOISE_STREAM_ENV
 from prenoise.noise import streams as noise_streams
 from prenoise.observe.console_text import cell, line, title
+from prenoise.observe.progress import CommandProgress
 from prenoise.preparation.prediction import PredictionMismatchError
 
 if TYPE_CHECKING:
@@ -35,16 +46,19 @@ exit status:
       worker thread and taken by the pipeline)
   1   not verified: a field differs, a value could not be compared, or the plugin-on arm did not
       prepare ahead (the JSON's not_prepared_reasons says why: request not eligible, a
-      prediction mismatch, ...); the JSON report is written (none when the plugin-on arm raised
-      on a prediction mismatch under PRENOISE_VLLM_OMNI_ON_MISMATCH=raise: one line says so)
+      prediction mismatch, a path off on this vllm-omni's changed code (the function named),
+      prenoise drew none of the request's noise, ...); the JSON report is written (none when
+      the plugin-on arm raised on a prediction mismatch under
+      PRENOISE_VLLM_OMNI_ON_MISMATCH=raise: one line says so)
   2   bad input, refused before the pipeline runs (what only upstream's media preparation sees,
       during it) and nothing written: a request upstream's own validation refuses (its message,
       unchanged: duration outside [4, 15] s, references under 256 px or outside [2, 15] s,
       codecs other than H.264/H.265, too many outputs or references), a reference that is not
-      media (typed by content, not by name), a seed outside torch's -2^63..2^64-1, a canvas
-      over 768x1344 pixels, an unwritable --json, an unknown PRENOISE_VLLM_OMNI* value or
-      --noise-stream, a noise stream this process's self-check refuses, or
-      PRENOISE_VLLM_OMNI=0 (the plugin is off: nothing to verify)
+      media (typed by content, not by name), an image over 5760x5760 pixels (read from its
+      header), a --kind its references do not fit, --steps outside 1..1000, a seed outside
+      torch's -2^63..2^64-1, a canvas over 768x1344 pixels, an unwritable --json, an unknown
+      PRENOISE_VLLM_OMNI* value or --noise-stream, a noise stream this process's self-check
+      refuses, or PRENOISE_VLLM_OMNI=0 (the plugin is off: nothing to verify)
   70  internal error (please report it)"""
 
 
@@ -85,7 +99,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--outputs", type=int, default=1, help="outputs per request (upstream: 1..10)"
     )
-    parser.add_argument("--steps", type=int, default=2, help="denoising steps")
+    parser.add_argument(
+        "--kind",
+        choices=KINDS,
+        help="the request kind: ref2va (the references condition the output), t2va (text "
+        "only: no --reference), fl2va (1 or 2 --reference images as the first/last keyframes), "
+        "continuation (Ref2VA in 107-frame windows: --duration 8 gives two), guided (Ref2VA "
+        "with the first image also a timeline guide at frame 0; vllm-omni 0.32.0rc1 on); "
+        "default: ref2va where prenoise prepares a Ref2VA request itself; fl2va where "
+        "upstream draws a Ref2VA request's first output ahead itself (0.32.0rc1)",
+    )
+    parser.add_argument("--steps", type=int, default=2, help=f"denoising steps (1..{MAX_STEPS})")
     parser.add_argument(
         "--noise-stream",
         metavar="STREAM",
@@ -106,9 +130,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, console: Console) -> int:
     """Verify; exit status as in `EXIT_STATUS_HELP` (bad input raises `UsageError`: exit 2)."""
-    try:
-        import vllm_omni  # noqa: F401
-    except ImportError:
+    if importlib.util.find_spec("vllm_omni") is None:
         console.print(
             "[red]error:[/] vllm-omni is not installed here; run the prenoise of an environment "
             "that has vLLM-Omni (0.30.0 to 0.32.0rc1 are reviewed; from a prenoise clone: "
@@ -117,29 +139,46 @@ def run(args: argparse.Namespace, console: Console) -> int:
             soft_wrap=True,
         )
         return 2
-    with _noise_stream_setting(args.noise_stream):
-        return _run_checked(args, console)
+    # Bad input the files and options show refused before vLLM-Omni is imported (tens of
+    # seconds): the steps, the references' paths and image headers, a text-only request's.
+    check_steps(args.steps)
+    references = resolve_reference_paths(args.reference)
+    for path in references:
+        check_image_header(path)
+    if getattr(args, "kind", None) == "t2va" and references:
+        raise UsageError("--kind t2va: a text-only request takes no --reference")
+    # a line per phase on stderr (not on a terminal; there: one transient status line)
+    with CommandProgress(console, "vllm-omni-verify") as progress:
+        progress.stage("importing vLLM-Omni")
+        import vllm_omni  # noqa: F401  (an installed one that fails to import: its own error)
+
+        with _noise_stream_setting(args.noise_stream):
+            return _run_checked(args, references, console, progress)
 
 
-def _run_checked(args: argparse.Namespace, console: Console) -> int:
-    from prenoise.integrations.vllm_omni.preflight import (
-        check_request,
-        check_settings,
-        resolve_reference_paths,
-    )
+def _run_checked(
+    args: argparse.Namespace,
+    references: tuple[Path, ...],
+    console: Console,
+    progress: CommandProgress,
+) -> int:
+    from prenoise.integrations.vllm_omni.preflight import check_request, check_settings
     from prenoise.integrations.vllm_omni.standins import synthetic_image
     from prenoise.integrations.vllm_omni.verification import H3Request, verify_request
 
     # Cheapest first, all before the pipeline runs: a refusal costs little and leaves nothing.
+    progress.stage("checking the settings, the request and its references")
     settings = check_settings()
     noise_streams.require_usable(settings.noise_stream)  # NoiseStreamError: one line, exit 2
-    references = resolve_reference_paths(args.reference)
+    upstream_overlap = getattr(args, "upstream_overlap", False)
+    kind, why = _kind(getattr(args, "kind", None), upstream_overlap)
     with (
         _ReportFile(check_output_file(args.json, "--json")) as out,
         tempfile.TemporaryDirectory(prefix="prenoise-vllm-omni-") as scratch,
     ):
-        request = H3Request(
-            references or (synthetic_image(Path(scratch) / "reference.png"),),
+        given = H3Request(
+            references
+            or ((synthetic_image(Path(scratch) / "reference.png"),) if kind != "t2va" else ()),
             seed=args.seed,
             duration=args.duration,
             width=args.width,
@@ -147,12 +186,17 @@ def _run_checked(args: argparse.Namespace, console: Console) -> int:
             outputs=args.outputs,
             steps=args.steps,
         )
+        check_kind(kind, given.references)  # (the default reference included)
+        request = request_of_kind(kind, given)
         check_request(request)
-        if getattr(args, "upstream_overlap", False):
-            return _verify_upstream_overlap(request, out, console)
+        _say_paths_off(console)
+        said = f"request: {kind}{why}"  # printed with the report
+        if upstream_overlap:
+            return _verify_upstream_overlap(request, out, console, progress, said)
         try:
-            with console.status("running MiniMax-H3 with the plugin off, then on…"):
-                result = _verify(lambda: verify_request(request))
+            result = _verify(lambda: verify_request(request, stage=progress.stage))
+            # prenoise's own preparation must have run: "equal" alone proves nothing of it
+            result = dataclasses.replace(result, prenoise_required=True)
         except PredictionMismatchError as error:  # the plugin arm raised, as asked: a finding
             console.print(
                 line(
@@ -163,14 +207,21 @@ def _run_checked(args: argparse.Namespace, console: Console) -> int:
                 soft_wrap=True,
             )
             return 1
-        report = result.to_json()
+        report = {"request_kind": kind, **result.to_json()}
         out.commit(json.dumps(report, indent=2))
+    console.print(line(said), soft_wrap=True)
     _print_report(console, result, report)
     console.print(line(f"wrote {out.path}"))
     return 0 if result.verified else 1
 
 
-def _verify_upstream_overlap(request: H3Request, out: _ReportFile, console: Console) -> int:
+def _verify_upstream_overlap(
+    request: H3Request,
+    out: _ReportFile,
+    console: Console,
+    progress: CommandProgress,
+    said: str,
+) -> int:
     """`--upstream-overlap`: upstream's serial path vs its overlap, then vs prenoise on top."""
     from prenoise.integrations.vllm_omni.upstream_overlap import (
         upstream_draws_ahead,
@@ -182,15 +233,49 @@ def _verify_upstream_overlap(request: H3Request, out: _ReportFile, console: Cons
             "--upstream-overlap: this vllm-omni draws nothing ahead itself (0.32.0rc1 on does): "
             "there is no upstream overlap to verify"
         )
-    with console.status("running MiniMax-H3: upstream serial, upstream overlapped, prenoise…"):
-        result = _verify(lambda: verify_upstream_overlap(request))
+    progress.stage("MiniMax-H3: upstream serial, upstream overlapped, prenoise on top")
+    result = _verify(lambda: verify_upstream_overlap(request))
     out.commit(json.dumps(result.to_json(), indent=2))
+    console.print(line(said), soft_wrap=True)
     _print_report(
         console, result.upstream, result.upstream.to_json(), "upstream: serial vs own overlap"
     )
     _print_report(console, result.plugin, result.plugin.to_json(), "upstream serial vs prenoise on")
     console.print(line(f"wrote {out.path}"))
     return 0 if result.verified else 1
+
+
+def _kind(given: str | None, upstream_overlap: bool) -> tuple[str, str]:
+    """The request kind, and why when it is the default: by default one prenoise prepares
+    itself on the installed code (Ref2VA, or FL2VA where upstream draws a Ref2VA request's
+    first output ahead itself); with `--upstream-overlap` Ref2VA, the kind upstream overlaps."""
+    from prenoise.integrations.vllm_omni import support
+
+    if given is not None:
+        return given, ""
+    if upstream_overlap:
+        return "ref2va", " (the default with --upstream-overlap)"
+    if support.current().upstream_prepares_ref2va:
+        return "fl2va", (
+            " (the default here: this vllm-omni draws a Ref2VA request's first output ahead "
+            "itself, so prenoise's own preparation is verified on FL2VA, whose noise upstream "
+            "draws serially; --kind picks another)"
+        )
+    return "ref2va", " (the default: prenoise draws its noise ahead; --kind picks another)"
+
+
+def _say_paths_off(console: Console) -> None:
+    """One line per MiniMax-H3 path that runs upstream's code on the installed vllm-omni (the
+    line the plugin logs in a serving process): the changed function, the releases it was
+    reviewed on, what to do. The verdict then says that is why nothing was prepared."""
+    from prenoise.integrations.vllm_omni import support
+    from prenoise.integrations.vllm_omni.plugin import installed_version
+
+    code = support.current()
+    off = [path for path in support.H3_PATHS if path in code.problems][:1]  # streams: both
+    for path in off:
+        text = support.off_line(path, code.problems[path], installed_version("vllm-omni"))
+        console.print(line(("warning:", "yellow"), " ", text), soft_wrap=True)
 
 
 @contextlib.contextmanager

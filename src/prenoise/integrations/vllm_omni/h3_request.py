@@ -1,16 +1,19 @@
-"""One Ref2VA request to the MiniMax-H3 pipeline, as `vllm-omni-verify` builds it."""
+"""One request to the MiniMax-H3 pipeline, as `vllm-omni-verify` and the tests build it."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 from prenoise.integrations.vllm_omni.reference_kinds import reference_kind
 
-__all__ = ["H3Request", "multi_modal_data"]
+__all__ = ["KINDS", "H3Request", "multi_modal_data", "request_of_kind"]
+
+KINDS = ("ref2va", "t2va", "fl2va", "continuation", "guided")
+"""The request kinds `vllm-omni-verify --kind` builds (`request_of_kind`)."""
 
 
 @dataclass(frozen=True)
@@ -80,3 +83,30 @@ def multi_modal_data(references: Sequence[Path]) -> dict[str, Any]:
     for path in references:
         grouped.setdefault(reference_kind(path), []).append(str(path))
     return {kind: paths if len(paths) > 1 else paths[0] for kind, paths in grouped.items()}
+
+
+def request_of_kind(kind: str, request: H3Request) -> H3Request:
+    """`request` (its references, seed, canvas, ...) made a request of `kind` (`KINDS`):
+
+    - `ref2va`: as it is (the references condition the output);
+    - `t2va`: no references (a text-only request);
+    - `fl2va`: the references are the keyframes (one or two images: first, or first and last);
+    - `continuation`: Ref2VA in continuation windows of 107 frames overlapping by 22 (a
+      duration over 4.5 s gives two windows or more);
+    - `guided`: Ref2VA with the first image reference also a still timeline guide at frame 0
+      (vllm-omni 0.32.0rc1 on).
+    """
+    if kind == "ref2va":
+        return request
+    if kind == "t2va":
+        return replace(request, task="t2va", references=())
+    if kind == "fl2va":
+        return replace(request, task="fl2va")
+    if kind == "continuation":
+        return replace(request, continuation=True)
+    if kind == "guided":
+        images = [path for path in request.references if reference_kind(path) == "image"]
+        if not images:
+            raise ValueError("a guided request needs an image reference for its guide")
+        return replace(request, guides=((0, images[0]),))
+    raise ValueError(f"unknown request kind {kind!r}: expected one of {', '.join(KINDS)}")

@@ -135,15 +135,8 @@ def register() -> None:
 
 
 def _path_off_line(path: str, problem: str) -> str:
-    """The one line naming why `path` runs upstream's code here."""
-    if path == support.H3_STREAMS_PATH:
-        what = (
-            "MiniMax-H3 runs upstream's code untouched; with a named "
-            f"{NOISE_STREAM_ENV} its requests fail (NoiseStreamError)"
-        )
-    else:
-        what = f"{path}: off, upstream's code runs untouched"
-    return f"prenoise: vllm-omni {_vllm_omni_version()}: {what}: {problem}"
+    """The one line naming why `path` runs upstream's code here, and what to do about it."""
+    return support.off_line(path, problem, _vllm_omni_version())
 
 
 def is_installed() -> bool:

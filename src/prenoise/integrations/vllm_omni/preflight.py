@@ -38,12 +38,15 @@ from prenoise.integrations.vllm_omni.reference_kinds import (
 from prenoise.integrations.vllm_omni.settings import ENABLE_ENV, PluginSettings, SettingsError
 
 __all__ = [
+    "MAX_STEPS",
     "ReferenceKind",
     "VerifyInputError",
     "canvas_pixel_limit",
+    "check_kind",
     "check_references",
     "check_request",
     "check_settings",
+    "check_steps",
     "reference_kind",
     "resolve_reference_paths",
 ]
@@ -95,8 +98,7 @@ def check_request(request: H3Request) -> None:
 
     outputs = _upstream(pipeline._resolve_minimax_h3_num_outputs, request.outputs)
     _check_torch_seeds(request.seed, outputs)
-    if request.steps < 1:
-        raise VerifyInputError(f"--steps must be >= 1, got {request.steps}")
+    check_steps(request.steps)
     sampling = request.forward_request().sampling_params
     resolve_shape = encoder_processing.resolve_minimax_h3_shape
     height, width, *_ = _upstream(resolve_shape, "ref2va", sampling, None)
@@ -107,21 +109,65 @@ def check_request(request: H3Request) -> None:
             "largest MiniMax-H3 canvas upstream resolves itself (768x1344); pass a smaller "
             "--width/--height"
         )
-    check_references(request.references)
+    check_references(request.references, request.task)
 
 
-def check_references(paths: Sequence[Path]) -> dict[Path, ReferenceKind]:
-    """Type each reference by content and run upstream's checks for its kind; the kinds."""
+MAX_STEPS = 1000
+"""The most denoising steps verify runs. Upstream sets no maximum (`minimax_h3_time_shift_sigmas`:
+at least 1); each step runs the stand-in transformer twice, and the comparison needs no more
+than a few (the default is 2): 100000000 ran ~10 min before upstream's own error."""
+
+
+def check_steps(steps: int) -> None:
+    """Refuse `--steps` outside 1..`MAX_STEPS` (one line, before anything is imported)."""
+    if not 1 <= steps <= MAX_STEPS:
+        raise VerifyInputError(
+            f"--steps {steps}: expected 1..{MAX_STEPS} (upstream needs at least 1 and sets no "
+            "maximum; verify's comparison needs no more than a few steps)"
+        )
+
+
+def check_kind(kind: str, references: Sequence[Path]) -> None:
+    """Refuse, in one line, references the request kind (`h3_request.KINDS`) cannot take, and a
+    guided request where upstream has no timeline guides."""
+    if kind == "t2va" and references:
+        raise VerifyInputError("--kind t2va: a text-only request takes no --reference")
+    if kind == "fl2va":
+        kinds = [reference_kind(path) for path in references]
+        if not 1 <= len(kinds) <= 2 or set(kinds) != {"image"}:
+            raise VerifyInputError(
+                f"--kind fl2va: the keyframes are 1 or 2 --reference images (first, or first "
+                f"and last), got {', '.join(kinds) or 'none'}"
+            )
+    if kind == "guided":
+        import importlib.util
+
+        guides = "vllm_omni.model_executor.models.minimax_h3.timeline_guides"
+        if importlib.util.find_spec(guides) is None:
+            raise VerifyInputError(
+                "--kind guided: this vllm-omni has no timeline guides (new in vllm-omni "
+                "0.32.0rc1); pick another --kind"
+            )
+        if not any(reference_kind(path) == "image" for path in references):
+            raise VerifyInputError(
+                "--kind guided: the guide is the first --reference image; give one"
+            )
+
+
+def check_references(paths: Sequence[Path], task: str = "ref2va") -> dict[Path, ReferenceKind]:
+    """Type each reference by content and run upstream's checks for its kind; the kinds. For a
+    Ref2VA request (`task`), upstream's reference counts too (FL2VA: `check_kind`)."""
     from vllm_omni.model_executor.models.minimax_h3 import encoder_processing
 
     kinds = {path: reference_kind(path) for path in paths}
     by_kind = {kind: [p for p in paths if kinds[p] == kind] for kind in ("image", "video", "audio")}
-    _upstream(
-        encoder_processing._validate_ref2va_reference_counts,
-        len(by_kind["image"]),
-        len(by_kind["video"]),
-        len(by_kind["audio"]),
-    )
+    if task == "ref2va":
+        _upstream(
+            encoder_processing._validate_ref2va_reference_counts,
+            len(by_kind["image"]),
+            len(by_kind["video"]),
+            len(by_kind["audio"]),
+        )
     if (by_kind["video"] or by_kind["audio"]) and not _have_ffmpeg():
         raise VerifyInputError(
             "video and audio references need ffmpeg and ffprobe (upstream runs them); "

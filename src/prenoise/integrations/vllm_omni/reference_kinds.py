@@ -8,7 +8,13 @@ from typing import Literal
 
 from prenoise.guards.usage import UsageError
 
-__all__ = ["ReferenceKind", "VerifyInputError", "reference_kind"]
+__all__ = [
+    "UPSTREAM_MAX_IMAGE_SIDE",
+    "ReferenceKind",
+    "VerifyInputError",
+    "check_image_header",
+    "reference_kind",
+]
 
 ReferenceKind = Literal["image", "video", "audio"]
 """The three kinds of Ref2VA reference upstream accepts (`multi_modal_data` keys)."""
@@ -61,9 +67,40 @@ def _upstream_image_formats() -> frozenset[str]:
     return frozenset(preprocessing.MINIMAX_H3_REFERENCE_IMAGE_FORMATS)
 
 
+UPSTREAM_MAX_IMAGE_SIDE = 5760
+"""The longest side of a reference image upstream takes (`resolve_minimax_h3_reference_image_shape`:
+256..5760 px a side, every reviewed release)."""
+
+
+def check_image_header(path: Path) -> None:
+    """Refuse, from the header alone (no pixel decoded), an image of more pixels than upstream's
+    largest (5760x5760): through prenoise's media caps (`check_image_header`), which also refuse
+    one Pillow declines to open as a decompression bomb (a PNG declaring 100000x100000)."""
+    from prenoise.ref2va.limits import Limits
+    from prenoise.ref2va.media.caps import DecodeGuard, MediaError, check_image_header
+
+    side = UPSTREAM_MAX_IMAGE_SIDE
+
+    class UpstreamCap(DecodeGuard):
+        def refuse(self, what: str, key: str, fix: str) -> MediaError:
+            return MediaError(
+                f"reference {self.path}: {what}, read from its header (nothing decoded), over "
+                f"the largest image upstream takes ({side}x{side}: 256..{side} px a side); use "
+                "a smaller image"
+            )
+
+    try:
+        check_image_header(path, UpstreamCap(path, Limits(max_frame_pixels=side * side)))
+    except MediaError as error:
+        raise VerifyInputError(str(error)) from None
+
+
 def _image_format(path: Path) -> str | None:
-    """Pillow's name for the file's image format (lower case), or None if it is no image."""
+    """Pillow's name for the file's image format (lower case), or None if it is no image; an
+    image over upstream's size is refused from its header first (`check_image_header`)."""
     from PIL import Image, UnidentifiedImageError
+
+    check_image_header(path)
 
     try:
         with Image.open(path) as image:

@@ -14,6 +14,12 @@ from dataclasses import dataclass
 
 from prenoise.integrations.vllm_omni import support
 from prenoise.integrations.vllm_omni.plugin import installed_version
+from prenoise.integrations.vllm_omni.reviewed import (
+    H3_AHEAD_PATH,
+    H3_STREAMS_PATH,
+    PATHS,
+    WAN_AHEAD_PATH,
+)
 from prenoise.integrations.vllm_omni.settings import PluginSettings, SettingsError
 
 __all__ = ["ENTRY_POINT_GROUP", "ENTRY_POINT_NAME", "PluginStatus", "plugin_status"]
@@ -72,20 +78,54 @@ class PluginStatus:
         if not self.settings.enabled:
             return "inactive: disabled by PRENOISE_VLLM_OMNI=0"
         stream = self.settings.noise_stream
-        off = sorted(self.code.problems) if self.code is not None else []
-        also = f"; off here: {', '.join(off)}" if off else ""
-        return f"active in every vLLM-Omni process (MiniMax-H3, stream {stream}{also})"
+        off = [path for path in PATHS if self.code is not None and not self.code.runs(path)]
+        if not off:
+            return f"active in every vLLM-Omni process (MiniMax-H3, stream {stream})"
+        on = [path for path in PATHS if path not in off]
+        if not on:
+            return (
+                "inactive: every path runs upstream's code untouched here (the code changed: "
+                "see the rows below)"
+            )
+        return (
+            f"active in every vLLM-Omni process for {', '.join(on)} only (stream {stream}); "
+            f"off here: {', '.join(off)} (see the rows below)"
+        )
 
     def rows(self) -> list[tuple[str, str]]:
-        """`prenoise doctor`'s rows."""
+        """`prenoise doctor`'s rows: the verdict, then per path (MiniMax-H3 noise prepared ahead,
+        its noise streams, Wan2.2 T2V prepared ahead, what `vllm-omni-verify` proves) whether it
+        runs here, each one that does not naming the changed function and what to do."""
         version = self.vllm_omni_version or "not installed"
         return [
             ("vLLM-Omni plugin", self.verdict),
             ("vllm-omni", version if self.code is None else f"{version} ({self._code_text()})"),
+            *self._path_rows(),
             (f"entry point {ENTRY_POINT_GROUP}", self.entry_point or "not registered"),
             ("VLLM_PLUGINS", self.allow_list if self.allow_list is not None else "(unset)"),
             ("plugin settings", self.settings_text),
         ]
+
+    def _path_rows(self) -> list[tuple[str, str]]:
+        """One row per path, and one for `vllm-omni-verify` (nothing without vllm-omni)."""
+        if self.code is None:
+            return []
+        code = self.code
+        rows = []
+        for path in (H3_AHEAD_PATH, H3_STREAMS_PATH, WAN_AHEAD_PATH):
+            if code.runs(path):
+                rows.append((path, "on (the reviewed code)"))
+            else:
+                rows.append((path, f"off: {_off_text(code.problems[path])}"))
+        if code.h3_ahead:
+            verify = "proves MiniMax-H3's noise prepared ahead by prenoise (plugin off vs on)"
+        else:
+            verify = (
+                "exits 1 here: MiniMax-H3 noise prepared ahead is off, so prenoise prepares "
+                "nothing for it to prove"
+            )
+        rows.append(("vllm-omni-verify", verify))
+        return rows
 
     def _code_text(self) -> str:
         """The code the installed vllm-omni has, and each path it turns off (by function)."""
@@ -95,6 +135,11 @@ class PluginStatus:
         for path, problem in sorted(code.problems.items()):
             text += f"; {path} off: {problem.split(' (', 1)[0]} is not the reviewed code"
         return text
+
+
+def _off_text(problem: str) -> str:
+    """A path that is off: upstream's code runs, the changed function, the next step."""
+    return f"upstream's code runs untouched; {problem}; {support.NEXT_STEP}"
 
 
 def plugin_status(environ: Mapping[str, str] | None = None) -> PluginStatus:

@@ -26,11 +26,31 @@ from prenoise.integrations.vllm_omni.reviewed import (
     H3_AHEAD_PATH,
     H3_STREAMS_PATH,
     PATHS,
+    RELEASES,
     UPSTREAM_PREPARES_REF2VA,
     WAN_AHEAD_PATH,
 )
+from prenoise.integrations.vllm_omni.settings import NOISE_STREAM_ENV
 
-__all__ = ["H3_AHEAD_PATH", "H3_STREAMS_PATH", "WAN_AHEAD_PATH", "Support", "current", "reset"]
+__all__ = [
+    "H3_AHEAD_PATH",
+    "H3_PATHS",
+    "H3_STREAMS_PATH",
+    "NEXT_STEP",
+    "WAN_AHEAD_PATH",
+    "Support",
+    "current",
+    "off_line",
+    "reset",
+]
+
+H3_PATHS = (H3_STREAMS_PATH, H3_AHEAD_PATH)
+"""The MiniMax-H3 paths (what `vllm-omni-verify` exercises)."""
+NEXT_STEP = (
+    f"prenoise supports the code of vllm-omni {', '.join(RELEASES)}: install one of them, or "
+    "report the changed function to prenoise"
+)
+"""What to do about a path that is off: every line naming a changed function ends with it."""
 
 _PREPARE_LOCAL = (
     "vllm_omni.diffusion.models.minimax_h3.pipeline_minimax_h3:"
@@ -72,6 +92,21 @@ class Support:
         on = [path for path in PATHS if self.runs(path)]
         ahead = "; Ref2VA's first output drawn ahead by upstream" * self.upstream_prepares_ref2va
         return f"{code}; on: {', '.join(on) or 'nothing'}{ahead}"
+
+
+def off_line(path: str, problem: str, version: str | None) -> str:
+    """The one line naming why `path` runs upstream's code on this vllm-omni (`version`): what
+    runs instead, the first function that is not the reviewed code with the releases its
+    reviewed digests come from, and what to do (`NEXT_STEP`). The plugin logs it once per
+    process; `vllm-omni-verify` and `prenoise doctor` print it."""
+    if path == H3_STREAMS_PATH:
+        what = (
+            "MiniMax-H3 runs upstream's code untouched (noise streams and noise prepared ahead "
+            f"off); with a named {NOISE_STREAM_ENV} its requests fail (NoiseStreamError)"
+        )
+    else:
+        what = f"{path}: off, upstream's code runs untouched"
+    return f"prenoise: vllm-omni {version}: {what}: {problem}; {NEXT_STEP}"
 
 
 def current() -> Support:

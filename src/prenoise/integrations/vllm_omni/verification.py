@@ -28,9 +28,11 @@ The verdict (`VerifyResult.verified`) needs more than equal fields: the plugin-o
 run the overlapped path. Every noise tensor the pipeline consumed for the prepared outputs (the
 first; all of them with `PRENOISE_VLLM_OMNI_PREPARE_NEXT_OUTPUT=1`) must have been drawn on a
 worker thread and taken by the pipeline; otherwise `not_prepared_reasons` says why not (plugin
-disabled, request not eligible, a prediction mismatch, a draw not made ahead) — and, under a
-named stream, every draw it made serially must have been drawn in that stream (counted by
-`streams.run_serial`).
+disabled, a MiniMax-H3 path off on this vllm-omni's changed code, naming the function, request
+not eligible, a prediction mismatch, a draw not made ahead) — and, under a named stream, every
+draw it made serially must have been drawn in that stream (counted by `streams.run_serial`).
+`vllm-omni-verify` also requires prenoise itself to have drawn something (`prenoise_required`):
+a request whose noise upstream drew all ahead proves nothing of prenoise.
 """
 
 from __future__ import annotations
@@ -38,13 +40,13 @@ from __future__ import annotations
 import contextlib
 import copy
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from prenoise.integrations.vllm_omni import plugin
+from prenoise.integrations.vllm_omni import plugin, support
 from prenoise.integrations.vllm_omni.arm_probes import (
     AUDIO_CONDITION,
     NOISE_FIELDS,
@@ -68,6 +70,7 @@ from prenoise.verify.rng_guard import snapshot_global_rng
 __all__ = [
     "AUDIO_CONDITION",
     "NOISE_FIELDS",
+    "NOTHING_OF_PRENOISE",
     "ArmResult",
     "H3Request",
     "VerifyResult",
@@ -179,6 +182,10 @@ class VerifyResult:
     """The arms are upstream's own serial path (`off`) and its own overlap (`on`), plugin off in
     both (`upstream_overlap.verify_upstream_overlap`): `prepared` then means upstream drew the
     first output ahead in `on` and nothing ahead in `off`."""
+    prenoise_required: bool = False
+    """`prepared` also needs prenoise itself to have drawn and handed over at least one noise
+    tensor (`vllm-omni-verify`): a request whose noise upstream's own code drew all ahead
+    (0.32.0rc1: a Ref2VA request's single output) tests nothing of prenoise's preparation."""
 
     @classmethod
     def of(cls, off: ArmResult, on: ArmResult, *, upstream_overlap: bool = False) -> VerifyResult:
@@ -216,7 +223,10 @@ class VerifyResult:
         """Why the overlapped arm did not run the overlapped path; empty if it did."""
         if self.upstream_overlap:
             return _upstream_not_ahead(self.off, self.on)
-        return _not_prepared_reasons(self.on)
+        reasons = _not_prepared_reasons(self.on)
+        if self.prenoise_required and not reasons and not any(r.used for r in self.on.records):
+            reasons.append(NOTHING_OF_PRENOISE)
+        return reasons
 
     @property
     def prepared(self) -> bool:
@@ -284,6 +294,15 @@ class VerifyResult:
         }
 
 
+NOTHING_OF_PRENOISE = (
+    "prenoise drew none of this request's noise (upstream's own code drew it ahead, or the "
+    "request draws none), so nothing of prenoise's preparation was tested; pick a request kind "
+    "prenoise prepares: --kind fl2va, t2va, continuation or guided, or --outputs 2 with "
+    "PRENOISE_VLLM_OMNI_PREPARE_NEXT_OUTPUT=1"
+)
+"""The reason a `prenoise_required` verdict fails when prenoise prepared nothing."""
+
+
 def noise_stream_setting() -> str:
     """The environment's `PRENOISE_VLLM_OMNI_NOISE_STREAM` (what the plugin-on arm reads);
     `native` where the settings are invalid (the plugin-on arm's wrapper reports that)."""
@@ -293,18 +312,27 @@ def noise_stream_setting() -> str:
         return NATIVE
 
 
-def verify_request(request: H3Request, *, hooks: StandInHooks | None = None) -> VerifyResult:
+def verify_request(
+    request: H3Request,
+    *,
+    hooks: StandInHooks | None = None,
+    stage: Callable[[str], None] | None = None,
+) -> VerifyResult:
     """Both arms in this process from the same global RNG state; every field compared.
 
     `hooks` (tests): the stand-in components' hooks, one instance for each arm (copied).
+    `stage` (the command's progress): called with each phase's name as it starts.
 
     A request upstream refuses fails in the plugin-off arm with upstream's own error. The same
     error from the plugin-on arm alone is not the request's fault: it is re-raised as a
     `RuntimeError` (an internal error), never reported as bad input.
     """
+    say = stage or (lambda name: None)
     state = torch.get_rng_state()
+    say("MiniMax-H3's forward, plugin off (upstream's code)")
     off = run_arm(request, plugin_on=False, hooks=copy.copy(hooks))
     torch.set_rng_state(state)
+    say("MiniMax-H3's forward, plugin on (prenoise)")
     try:
         on = run_arm(request, plugin_on=True, hooks=copy.copy(hooks))
     except Exception as error:
@@ -314,6 +342,7 @@ def verify_request(request: H3Request, *, hooks: StandInHooks | None = None) -> 
                 f"{type(error).__name__}: {error}"
             ) from error
         raise
+    say("comparing every field, bitwise")
     return VerifyResult.of(off, on)
 
 
@@ -333,9 +362,12 @@ def _not_prepared_reasons(arm: ArmResult) -> list[str]:
     if not arm.preparation_opened:
         if not arm.plugin_enabled:
             return [f"plugin disabled by {ENABLE_ENV}=0: its forward wrapper ran upstream's code"]
+        off = _h3_paths_off()
+        if off:  # the code changed: named, with why nothing was prepared
+            return off
         return ["the plugin's forward wrapper opened no request preparation"]
     if arm.skipped is not None:
-        return [f"request not eligible: {arm.skipped}"]
+        return _h3_paths_off() or [f"request not eligible: {arm.skipped}"]
     seeds = arm.output_seeds
     if not seeds:
         return ["the pipeline drew no noise"]
@@ -366,6 +398,19 @@ def _not_prepared_reasons(arm: ArmResult) -> list[str]:
         elif record.thread == arm.forward_thread:
             reasons.append(f"{label}: drawn on the request's own thread {record.thread!r}")
     return reasons
+
+
+def _h3_paths_off() -> list[str]:
+    """Why the MiniMax-H3 paths prepare nothing on this vllm-omni (each path that is off, by the
+    first function that is not the reviewed code); empty where both run."""
+    code = support.current()
+    # the streams path off turns everything of MiniMax-H3 off: one reason, not two alike
+    paths = [path for path in support.H3_PATHS if path in code.problems][:1]
+    return [
+        f"{path} off on this vllm-omni, so prenoise prepared nothing (upstream's code ran "
+        f"untouched): {code.problems[path]}"
+        for path in paths
+    ]
 
 
 def _upstream_not_ahead(serial: ArmResult, overlapped: ArmResult) -> list[str]:

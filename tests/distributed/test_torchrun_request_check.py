@@ -73,6 +73,7 @@ def _as_rank(
 ) -> FakeJob:
     job = FakeJob(rank, local_rank, verdict)
     env = {"WORLD_SIZE": "2", "RANK": str(rank), "LOCAL_RANK": str(local_rank)}
+    env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="29500")  # a complete torchrun environment
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     monkeypatch.setattr(distributed_commands, "init_distributed", job.init_distributed)

@@ -71,7 +71,9 @@ def test_a_drifting_encoder_is_flagged_not_credited(
     moved, saved = median["noise_moved_s"], median["window_saved_s"]
     assert moved == pytest.approx(-summary["delta"]["noise_critical_s"]["median"])
     assert saved == pytest.approx(-summary["delta"]["prep_window_s"]["median"])
-    assert moved < 0.05 < DRIFT_S / 2 < saved  # the window gap is the encoder's, not noise
+    # the window gap is the delayed encoder's, not noise: most of it is what the noise moved
+    # does not explain (the injected delay), whatever the machine's speed
+    assert saved - max(moved, 0.0) > DRIFT_S / 2
     assert median["encoder_drift"] is True and median["timing_noise"] is False
     out = " ".join(capsys.readouterr().out.split())
     said = (

@@ -143,7 +143,9 @@ def test_torchrun_commands_check_outputs_before_joining_the_group(
     def no_group(*_args: object) -> None:
         raise AssertionError("the process group was initialised before the output check")
 
-    monkeypatch.setenv("WORLD_SIZE", "2")
+    for name, value in {"WORLD_SIZE": "2", "RANK": "0", "MASTER_ADDR": "127.0.0.1"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("MASTER_PORT", "29500")
     monkeypatch.setattr(commands, "init_distributed", no_group)
     assert main(["verify", "--recipe", "tiny.yaml", "--json", "."]) == 2
     assert "--json .: is a directory" in _one_line_error(capsys)

@@ -122,10 +122,8 @@ def test_a_stalled_body_is_answered_408_and_released(
         request = httpx.Request("POST", "http://x/v1/videos", files=files)
         content_type, body = request.headers["content-type"], request.read()
     port = int(server.url.rsplit(":", 1)[1])
-    started = time.monotonic()
     with _half_sent(port, content_type, body) as sock:
         answer = _read_until_closed(sock)  # the server closes the connection after answering
-    assert time.monotonic() - started < 8
     head, _, payload = answer.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 408"), answer[:200]
     assert b'"field":"body"' in payload and b"no data for 0.5 s" in payload

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from waits import READY_CEILING_S
+from waits import READY_CEILING_S, before, deadline
 
 pytest.importorskip("fastapi")
 
@@ -66,6 +66,13 @@ class Trickle:
         return received
 
 
+def _wait_in_flight(server: Any, count: int) -> None:
+    at = deadline()
+    while server.service.admission.in_flight[0] != count:
+        assert before(at), server.service.admission.in_flight
+        time.sleep(0.05)
+
+
 def _post_head(length: int) -> bytes:
     return (
         f"POST /v1/videos HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
@@ -76,32 +83,29 @@ def _post_head(length: int) -> bytes:
 def test_a_real_client_is_served_while_slow_bodies_hold_connections(
     start_server: StartServer,
 ) -> None:
+    # the bodies' total time is generous: they must still be trickling when the real client comes
     server = start_server(
         limits=ServeLimits(max_steps=100_000, max_queued=2),
         body_idle_timeout_s=1.5,
-        body_timeout_s=3.0,
+        body_timeout_s=6.0,
     )
     port = int(server.url.rsplit(":", 1)[1])
     body = b'{"seed": 1, "prompt": "' + b"a" * 200 + b'"}'
     slow = [Trickle(port, _post_head(len(body)), body) for _ in range(4)]  # twice the queue
-    started = time.monotonic()
     try:
-        time.sleep(0.5)  # every slow body has started
-        assert server.service.admission.in_flight[0] == 4
+        _wait_in_flight(server, 4)  # every slow body has started
         with server.client() as client:
             job = submit(client, {"seed": 2})  # 429 "queue full" before: the slots were taken
-            assert time.monotonic() - started < 3.0  # while the slow bodies still trickle
+            assert server.service.admission.in_flight[0] == 4  # the slow bodies still trickle
             assert wait_for(client, job)["state"] == "done"
         answers = [trickle.answer() for trickle in slow]
     finally:
         for trickle in slow:
             trickle.stop.set()
-    took = time.monotonic() - started
-    assert 2.9 < took < 15, took  # each was cut at its total time, not before
-    for answer in answers:
+    for answer in answers:  # each was cut by its total time (not the idle time: never idle)
         head, _, payload = answer.partition(b"\r\n\r\n")
         assert head.startswith(b"HTTP/1.1 408"), answer[:200]
-        assert b'"field":"body"' in payload and b"not complete within 3 s" in payload, payload
+        assert b'"field":"body"' in payload and b"not complete within 6 s" in payload, payload
     assert server.service.admission.in_flight == (0, 0)
     assert len(server.service.store) == 1  # only the real request became a job
 
@@ -122,12 +126,10 @@ def test_headers_that_never_finish_are_answered_408_and_closed(
     protocol_server: ServerThread, head: bytes
 ) -> None:
     port = int(protocol_server.url.rsplit(":", 1)[1])
-    started = time.monotonic()
     lagging = [Trickle(port, head, b"X-Slow: " + b"a" * 200) for _ in range(3)]  # never end
     with protocol_server.client() as client:  # served meanwhile
         assert wait_for(client, submit(client, {"seed": 3}))["state"] == "done"
-    answers = [trickle.answer() for trickle in lagging]
-    assert time.monotonic() - started < 15
+    answers = [trickle.answer() for trickle in lagging]  # a header line that never ends
     for answer in answers:
         assert answer.startswith(b"HTTP/1.1 408 Request Timeout\r\n"), answer[:200]
         assert answer.endswith(b'{"error":"request headers not complete in time","field":null}')

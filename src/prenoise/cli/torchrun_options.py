@@ -21,6 +21,8 @@ import argparse
 import os
 from collections.abc import Mapping
 
+from prenoise.guards.torchrun_env import torchrun_env
+
 __all__ = [
     "DISTRIBUTED_COMMANDS",
     "HONOURED",
@@ -92,14 +94,15 @@ REFUSED: Mapping[str, Mapping[str, str]] = {
 
 def under_torchrun(environ: Mapping[str, str] = os.environ) -> bool:
     """True when `torchrun` started this process for more than one rank (`WORLD_SIZE` > 1):
-    then `generate`, `verify` and `bench` run distributed."""
-    return int(environ.get("WORLD_SIZE", "1")) > 1
+    then `generate`, `verify` and `bench` run distributed. Raises `TorchrunEnvError` (one line,
+    exit 2) when `WORLD_SIZE` is set and it or another torchrun variable is wrong."""
+    return torchrun_env(environ).distributed
 
 
 def print_rank(environ: Mapping[str, str] = os.environ) -> bool:
     """True on the rank that prints a refusal: local rank 0, one line per host (`LOCAL_RANK`,
     else `RANK`; a process torchrun did not start is rank 0)."""
-    return environ.get("LOCAL_RANK", environ.get("RANK", "0")) == "0"
+    return torchrun_env(environ).local_rank == 0
 
 
 def command_parser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:

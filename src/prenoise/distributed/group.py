@@ -14,20 +14,20 @@ cloned images) each keep their own host-shared noise.
 from __future__ import annotations
 
 import datetime
-import os
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 
 from prenoise.distributed.shm import shm_identity
+from prenoise.guards.torchrun_env import torchrun_env
 
 __all__ = ["DistContext", "env_world_size", "init_distributed", "shutdown"]
 
 
 def env_world_size() -> int:
-    """`WORLD_SIZE` from the environment (1 when unset)."""
-    return int(os.environ.get("WORLD_SIZE", "1"))
+    """`WORLD_SIZE` from the environment (1 when unset; checked by `torchrun_env`)."""
+    return torchrun_env().world_size
 
 
 @dataclass
@@ -75,9 +75,8 @@ def init_distributed(timeout_s: float, device: str = "cpu") -> DistContext:
     `device` is the recipe's device: `cuda` selects nccl and `cuda:LOCAL_RANK`, anything else
     selects gloo and the CPU.
     """
-    rank = int(os.environ["RANK"])
-    world = int(os.environ["WORLD_SIZE"])
-    local_rank = int(os.environ.get("LOCAL_RANK", rank))
+    env = torchrun_env()  # every variable checked: one line naming a wrong one, before any work
+    rank, world, local_rank = env.rank, env.world_size, env.local_rank
     timeout = datetime.timedelta(seconds=timeout_s)
     use_cuda = device.startswith("cuda") and torch.cuda.is_available()
     if device.startswith("cuda") and not use_cuda:

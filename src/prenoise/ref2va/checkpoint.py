@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from prenoise.guards.atomic import atomic_output, write_atomic
-from prenoise.guards.documents import DocumentError, load_json
+from prenoise.guards.documents import DocumentError, load_json, read_document
 
 CONFIG_FILE = "config.json"
 """Name of the config file inside a checkpoint directory."""
@@ -91,12 +91,12 @@ def read_checkpoint_config(directory: str | os.PathLike[str]) -> dict[str, Any]:
         raise CheckpointError(f"{base}: not a checkpoint directory ({what}; give the directory)")
     path = base / CONFIG_FILE
     try:
-        meta = load_json(path.read_text())
+        meta = load_json(read_document(path))  # a regular file of at most 1 MiB, read bounded
     except FileNotFoundError:
         raise CheckpointError(f"{path}: no such file (not a checkpoint directory)") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise CheckpointError(f"{path}: cannot read ({exc})") from None
-    except DocumentError as exc:  # also huge integers and deep nesting, not only bad syntax
+    except OSError as exc:
+        raise CheckpointError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    except DocumentError as exc:  # not a regular file, too big, not UTF-8; huge integers, nesting
         raise CheckpointError(f"{path}: {exc}") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise CheckpointError(f"{path}: not a {FORMAT} checkpoint")

@@ -17,7 +17,7 @@ from pydantic import (
 )
 
 from prenoise.guards.devices import check_device
-from prenoise.guards.documents import DocumentError, load_yaml
+from prenoise.guards.documents import DocumentError, load_yaml, read_document
 from prenoise.guards.path_checks import check_path
 from prenoise.guards.seeds import check_seed_range
 from prenoise.noise.streams import NoiseStreamError, stream_status
@@ -312,10 +312,14 @@ def recipe_from_dict(data: Any, source: str = "<recipe>") -> Recipe:
 
 
 def load_recipe(path: str | os.PathLike[str], **overrides: Any) -> Recipe:
-    """Read a YAML recipe; ``overrides`` replace top-level keys before validation."""
+    """Read a YAML recipe; ``overrides`` replace top-level keys before validation.
+
+    Read by `guards.documents.read_document`, as every entry point reads it (the CLI's
+    `--recipe`, `serve --recipe`, the library): a regular file of at most 1 MiB, read in bounded
+    chunks, so a device, a named pipe or a huge file is one `RecipeError`, never read whole."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        text = read_document(p)
     except FileNotFoundError as exc:
         names = ", ".join(catalog.shipped())
         raise RecipeError(
@@ -324,8 +328,9 @@ def load_recipe(path: str | os.PathLike[str], **overrides: Any) -> Recipe:
         ) from None
     except OSError as exc:
         raise RecipeError(f"{p}: cannot read recipe ({exc.strerror or exc})") from None
-    except UnicodeDecodeError as exc:
-        raise RecipeError(f"{p}: not a YAML text file (not UTF-8 at byte {exc.start})") from None
+    except DocumentError as exc:  # not a regular file, too big, not UTF-8
+        said = str(exc).replace("not a text file", "not a YAML text file")
+        raise RecipeError(f"{p}: {said}") from None
     try:
         data = load_yaml(text)
     except DocumentError as exc:

@@ -26,6 +26,7 @@ from typing import Literal
 import torch
 
 from prenoise.guards.cancel import CancelEvent
+from prenoise.guards.heap import release_free_heap
 from prenoise.observe.tracing import NULL_TRACER, Category, Tracer
 from prenoise.preparation.draws import run_stream
 from prenoise.preparation.executor import PreparationExecutor
@@ -183,6 +184,7 @@ class Ref2VAPipeline:
             if keep_noise:
                 prepared.noise = noise
             del noise  # the host noise now lives only in `inputs` (and `prepared.noise` if kept)
+        release_free_heap()  # what encoding left in the heap (`guards.heap`)
         return conditioning, prepared, events
 
     def prepare_next(
@@ -370,12 +372,14 @@ class Ref2VAPipeline:
         with tracer.span("denoise", Category.DENOISE, steps=recipe.steps):
             # Hand the noise rows over without keeping a reference here: the sampler's first
             # update replaces them, so the initial noise dies after step 1.
-            return sampler.sample(
+            video, audio = sampler.sample(
                 velocity,
                 inputs.release_video_rows(),
                 inputs.release_audio_rows(),
                 callback=callback,
             )
+        release_free_heap()  # what the steps' activations left in the heap (`guards.heap`)
+        return video, audio
 
     def decode_and_write(
         self,

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
 
+from prenoise.guards.heap import release_free_heap
 from prenoise.ref2va import geometry
 from prenoise.ref2va.initialization import build_on_meta, materialize_
 from prenoise.ref2va.video_processor import VideoProcessor
@@ -158,6 +159,8 @@ class VideoVAE(nn.Module):
             while buffered >= _GROUP_FRAMES[kind]:
                 group, pending, buffered = _take(pending, _GROUP_FRAMES[kind])
                 out.append(self.encode_group(group, kind))
+                del group
+                release_free_heap()  # what the group's activations left in the heap
                 kind = GROUP
         if total == 0 or last is None:
             raise ValueError("cannot encode a video with zero frames")
@@ -205,13 +208,20 @@ class VideoVAE(nn.Module):
             raise ValueError(f"latents must be [1, C, t, h, w], got {tuple(latents.shape)}")
         t = latents.shape[2]
         if t == 1:
-            yield self.decode_group(latents[0], IMAGE)
+            yield self._decoded(latents[0], IMAGE)
             return
         if t < 2 or (t - 2) % 5:
             raise ValueError(f"latent length {t} is neither 1 nor 5k + 2")
-        yield self.decode_group(latents[0, :, :2], FIRST)
+        yield self._decoded(latents[0, :, :2], FIRST)
         for start in range(2, t, 5):
-            yield self.decode_group(latents[0, :, start : start + 5], GROUP)
+            yield self._decoded(latents[0, :, start : start + 5], GROUP)
+
+    def _decoded(self, latents: torch.Tensor, kind: str) -> torch.Tensor:
+        """`decode_group`, then the heap's free pages handed back (`guards.heap`): what a group's
+        activations leave in the heap must not add up over a long video."""
+        frames = self.decode_group(latents, kind)
+        release_free_heap()
+        return frames
 
     def decode(self, latents: torch.Tensor) -> torch.Tensor:
         """Decode all latents to uint8 frames ``[F, H, W, 3]`` (``F = 17k + 5`` or 1)."""

@@ -46,6 +46,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from prenoise.guards.documents import DocumentError, load_json
@@ -85,7 +86,10 @@ def _error(
 
 class InternalErrors:
     """ASGI middleware: an unhandled exception is logged, counted (`on_error`) and answered with
-    the documented 500 body; the connection stays usable (Starlette's default drops it)."""
+    the documented 500 body; the connection stays usable (Starlette's default drops it). A
+    client that closed its connection while its body was read (`ClientDisconnect`) is logged at
+    INFO, neither counted as an error nor answered (issue 42: it was an "internal error" with a
+    traceback); whatever it had sent is released as for any refused request."""
 
     def __init__(self, app: ASGIApp, on_error: Callable[[], None]) -> None:
         self.app = app
@@ -104,6 +108,12 @@ class InternalErrors:
 
         try:
             await self.app(scope, receive, tracking_send)
+        except ClientDisconnect:  # the client's doing, and no one is left to answer
+            logger.info(
+                "client closed the connection during %s %s; nothing answered",
+                scope["method"],
+                scope["path"],
+            )
         except Exception:
             logger.exception("internal error answering %s %s", scope["method"], scope["path"])
             self.on_error()

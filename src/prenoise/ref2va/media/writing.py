@@ -121,11 +121,21 @@ def _write_mp4(
             astream = container.add_stream("aac", rate=sample_rate, layout="stereo")
         if astream is not None and audio is not None:
             _encode_audio(container, astream, audio, sample_rate)
-        for chunk in _chain(first, chunks):
-            for arr in chunk.detach().cpu().numpy():
-                frame = av.VideoFrame.from_ndarray(arr, format="rgb24")
-                container.mux(vstream.encode(frame))
+        chunk: torch.Tensor | None = first
+        del first
+        while chunk is not None:
+            _encode_frames(container, vstream, chunk)
+            # no reference to this chunk while the next one is made (a decoder's next group)
+            chunk = None
+            chunk = next(chunks, None)
         container.mux(vstream.encode(None))
+
+
+def _encode_frames(container: Any, stream: Any, chunk: torch.Tensor) -> None:
+    """Encode uint8 frames ``[n, H, W, 3]`` into the video `stream`."""
+    for arr in chunk.detach().cpu().numpy():
+        frame = av.VideoFrame.from_ndarray(arr, format="rgb24")
+        container.mux(stream.encode(frame))
 
 
 def _encode_audio(container: Any, stream: Any, audio: torch.Tensor, sample_rate: int) -> None:
@@ -141,12 +151,6 @@ def _encode_audio(container: Any, stream: Any, audio: torch.Tensor, sample_rate:
     frame.pts = 0
     container.mux(stream.encode(frame))
     container.mux(stream.encode(None))
-
-
-def _chain(first: torch.Tensor, rest: Iterator[torch.Tensor]) -> Iterator[torch.Tensor]:
-    """``first`` followed by ``rest``."""
-    yield first
-    yield from rest
 
 
 def write_image(path: str | os.PathLike[str], image: torch.Tensor) -> Path:

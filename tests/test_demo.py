@@ -116,3 +116,18 @@ def test_cli_demo_exits_1_when_an_arm_is_broken(
 def test_cli_demo_exit_code(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["demo", "--encode-seconds", "0.05"]) == 0
     assert "bitwise equal: 4/4 fields; global RNG unchanged" in capsys.readouterr().out
+
+
+def test_cli_demo_vllm_omni_names_what_to_install_where_it_is_missing(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`prenoise demo vllm-omni` without vLLM-Omni: one line naming what to install, exit 2
+    (where it is installed, tests/vllm_omni_plugin/test_demo.py runs it)."""
+    import importlib.util
+
+    if importlib.util.find_spec("vllm_omni") is not None:
+        pytest.skip("vLLM-Omni is installed here")
+    assert main(["demo", "vllm-omni"]) == 2
+    out = " ".join(capsys.readouterr().out.split())
+    assert out.startswith("error: prenoise demo vllm-omni needs vLLM-Omni (not installed here)")
+    assert "make setup-vllm-omni, then .venv-vllm-omni/bin/prenoise demo vllm-omni" in out

@@ -41,7 +41,7 @@ def pipeline(name: str) -> Any:
     if name not in _pipes:
         try:
             _pipes[name] = BUILDERS[name]()
-        except ImportError as error:  # diffusers 0.40.0's LTX-2 modular has no LTX2Guidance
+        except ImportError as error:  # a diffusers without this modular family
             pytest.skip(f"{name} cannot be built on diffusers {diffusers.__version__}: {error}")
     pipe = _pipes[name]
     disable(pipe)

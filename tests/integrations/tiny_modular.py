@@ -1,17 +1,18 @@
 """Tiny diffusers *modular* pipelines (`diffusers.modular_pipelines`), built offline.
 
-Each builder builds the matching classic tiny pipeline (`diffusers_tiny.wan`,
-`diffusers_tiny.ltx2`, `tiny_hunyuan_video15.hunyuan_video15`), instantiates the modular
-pipeline class (`SomeModularPipeline()` builds its `default_blocks_name` blocks and creates the
-guiders and processors declared "from_config") and hands it the classic pipeline's models,
-tokenizers and scheduler (`update_components`). The class is instantiated rather than reached
-through `SomeBlocks().init_pipeline()`: that picks the class from the blocks' `model_name`
+`ltx2_modular` and `_modular` are the package's (`prenoise.integrations.diffusers.tiny`, what
+`prenoise demo diffusers --modular` runs). Each builder builds the matching classic tiny pipeline
+(`diffusers_tiny.wan`, `diffusers_tiny.ltx2`, `tiny_hunyuan_video15.hunyuan_video15`), instantiates
+the modular pipeline class (`SomeModularPipeline()` builds its `default_blocks_name` blocks and
+creates the guiders and processors declared "from_config") and hands it the classic pipeline's
+models, tokenizers and scheduler (`update_components`). The class is instantiated rather than
+reached through `SomeBlocks().init_pipeline()`: that picks the class from the blocks' `model_name`
 alone, so `Wan22Image2VideoBlocks().init_pipeline()` is a `WanImage2VideoModularPipeline` (and
-`Wan22Blocks()`' a `WanModularPipeline`) unless a loaded config names a `boundary_ratio`.
-Everything is built inside `torch.random.fork_rng()` with the global RNG seeded, as in
-`diffusers_tiny`, so building never changes the caller's global RNG state and two builds are
-identical. Needs a diffusers with modular Wan, LTX-2 and HunyuanVideo-1.5 pipelines (0.42.1);
-importing this module needs none (conftest.py imports every `tiny_*.py`).
+`Wan22Blocks()`' a `WanModularPipeline`) unless a loaded config names a `boundary_ratio`. Everything
+is built inside `torch.random.fork_rng()` with the global RNG seeded, as in `diffusers_tiny`, so
+building never changes the caller's global RNG state and two builds are identical. Needs a diffusers
+with modular Wan, LTX-2 and HunyuanVideo-1.5 pipelines (0.42.1); importing this module needs none
+(conftest.py imports every `tiny_*.py`).
 
 | name | pipeline class | workflow |
 | --- | --- | --- |
@@ -38,6 +39,9 @@ import tiny_hunyuan_video15
 import torch
 from diffusers_tiny import _seeded
 
+from prenoise.integrations.diffusers.tiny import ltx2_modular
+from prenoise.integrations.diffusers.tiny import modular as _modular
+
 FTFY_MODULES = ("diffusers.modular_pipelines.wan.encoders",)
 """Modules that call `ftfy.fix_text` without importing ftfy when it is not installed (0.42.1),
 like the classic Wan modules conftest.py stubs."""
@@ -63,15 +67,6 @@ def stub_ftfy() -> None:
             module.ftfy = stub
 
 
-def _modular(cls: type, classic: Any, **extra: Any) -> Any:
-    """A `cls` (with its default blocks) holding `classic`'s components (and `extra`)."""
-    pipe = cls()
-    specs = pipe._component_specs
-    components = {k: v for k, v in classic.components.items() if k in specs and v is not None}
-    pipe.update_components(**components, **extra)
-    return pipe
-
-
 def wan_modular(image_to_video: bool = False) -> Any:
     """`WanModularPipeline` (2.1 text-to-video) or, with `image_to_video`,
     `Wan22Image2VideoModularPipeline` (2.2 A14B layout: the same transformer for both noise
@@ -86,24 +81,6 @@ def wan_modular(image_to_video: bool = False) -> Any:
                 Wan22Image2VideoModularPipeline, classic, transformer_2=classic.transformer
             )
         return _modular(WanModularPipeline, classic)
-
-
-def ltx2_modular(duration_head: bool = False) -> Any:
-    """`LTX2ModularPipeline` from `diffusers_tiny.ltx2`'s components (its video VAE has
-    `timestep_conditioning`, so the decode draws noise). The guiders are set to the legacy
-    one-pass-per-step knobs the classic tiny calls use (no CFG, STG or modality guidance)."""
-    from diffusers import LTX2ModularPipeline
-    from diffusers.guiders import LTX2Guidance
-
-    classic = diffusers_tiny.ltx2(duration_head=duration_head)
-    with _seeded():
-        guidance = {"guidance_scale": 1.0, "stg_scale": 0.0, "modality_scale": 1.0}
-        return _modular(
-            LTX2ModularPipeline,
-            classic,
-            guider=LTX2Guidance(**guidance),
-            audio_guider=LTX2Guidance(**guidance),
-        )
 
 
 def hunyuan_video15_modular(image_to_video: bool = False) -> Any:

@@ -51,8 +51,12 @@ console = Console()
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
+    from prenoise.cli import integration_demos
     from prenoise.cli.demo import run_demo
 
+    status = integration_demos.run(args, console)  # None: the core demo, below
+    if status is not None:
+        return status
     with console.status("running the serial and the overlapped arm…"):
         result = run_demo(seed=args.seed, encode_seconds=args.encode_seconds)
     table = Table(

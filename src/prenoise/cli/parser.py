@@ -69,13 +69,40 @@ def build_parser() -> argparse.ArgumentParser:
             name, help=text, description=text, formatter_class=HelpFormatter, allow_abbrev=False
         )
 
-    demo = add_command("demo", "prepare noise during a stand-in encode and verify it")
+    demo = add_command(
+        "demo",
+        "prepare noise during a stand-in encode and verify it; with diffusers or vllm-omni: "
+        "that integration on tiny pipelines (no checkpoint), verified bitwise and timed",
+    )
+    demo.add_argument(
+        "integration",
+        nargs="?",
+        choices=("diffusers", "vllm-omni"),
+        help="diffusers: enable(pipe) on a tiny Wan pipeline (--modular: a tiny modular "
+        "LTX-2 pipeline) against the plain call; vllm-omni: prenoise vllm-omni-verify with its "
+        "defaults; default: the core alone",
+    )
     demo.add_argument("--seed", type=seed, default=42, help="the noise seed")
     demo.add_argument(
         "--encode-seconds",
         type=finite_between(0.0, 60.0),
-        default=0.6,
-        help="seconds the stand-in encoder holds the request thread (0..60; default 0.6)",
+        help="seconds the stand-in encoder holds the request thread (0..60; default 0.6; "
+        "the core demo only)",
+    )
+    demo.add_argument(
+        "--modular",
+        action="store_true",
+        help="demo diffusers: a modular pipeline (LTX2ModularPipeline) instead of WanPipeline",
+    )
+    demo.add_argument(
+        "--pairs",
+        type=at_least(0),
+        metavar="N",
+        help="demo diffusers: timed alternating pairs, plain vs enabled call (default: 3)",
+    )
+    demo.add_argument(
+        "--json",
+        help="demo vllm-omni: the per-field report (default: outputs/vllm-omni-demo/verify.json)",
     )
 
     from prenoise.ref2va.catalog import resolve_recipe

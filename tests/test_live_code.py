@@ -19,7 +19,7 @@ from types import ModuleType
 import pytest
 import torch
 
-from prenoise.guards import live_code
+from prenoise.guards import live_code, source_digests
 
 SOURCE = textwrap.dedent(
     """
@@ -128,3 +128,56 @@ def test_torch_draws_replaced_are_named(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.undo()
     monkeypatch.setattr(torch.Tensor, "normal_", lambda *a, **k: None)
     assert live_code.torch_draws_problem() == "torch.Tensor.normal_ is replaced at run time"
+
+
+def test_an_integrations_own_wrappers_are_looked_through_and_no_other(module: ModuleType) -> None:
+    """`unwrap` (the SGLang and vLLM-Omni plugins' own hook wrappers, proven by their code
+    object) and `observing` (prenoise's own spies, while open) are looked through; the same
+    wrapper shape not recognised by them is not the reviewed code."""
+    real = module.draw
+
+    def hook(original: object, n: int) -> torch.Tensor:
+        return original(n)  # type: ignore[operator]
+
+    def make(original: object) -> object:
+        def installed(n: int) -> torch.Tensor:
+            return hook(original, n)
+
+        return installed
+
+    own_code = make(None).__code__  # type: ignore[attr-defined]
+
+    def unwrap(layer: object) -> object | None:
+        if getattr(layer, "__code__", None) is not own_code:
+            return None
+        cells = dict(zip(own_code.co_freevars, layer.__closure__, strict=True))  # type: ignore[attr-defined]
+        return cells["original"].cell_contents
+
+    module.draw = make(real)
+    name = module.__name__
+    assert live_code.live_code_problem(name, "draw", unwrap) is None
+    assert "runs other code" in str(live_code.live_code_problem(name, "draw"))
+    module.draw = make(make(real))  # prenoise's wrapper twice: still upstream's code inside
+    assert live_code.live_code_problem(name, "draw", unwrap) is None
+
+    def foreign(n: int) -> torch.Tensor:
+        return real(n) + 0.125
+
+    module.draw = make(foreign)  # a foreign wrapper inside prenoise's
+    assert "foreign" in str(live_code.live_code_problem(name, "draw", unwrap))
+    module.draw = foreign
+    with live_code.observing(foreign, real):
+        assert live_code.live_code_problem(name, "draw", unwrap) is None
+    assert "foreign" in str(live_code.live_code_problem(name, "draw", unwrap))
+    module.draw = real
+
+
+def test_reviewed_code_problem_skips_what_is_reviewed_as_absent(module: ModuleType) -> None:
+    name = module.__name__
+    digests = {f"{name}:draw": "abc", f"{name}:gone": source_digests.ABSENT}
+    assert live_code.reviewed_code_problem(tuple(digests), None, digests.__getitem__) is None
+    digests[f"{name}:gone"] = "def"  # defined per its digest, but not at run time: named
+    found = live_code.reviewed_code_problem(tuple(digests), None, digests.__getitem__)
+    assert found == (
+        f"the code that runs is not the reviewed code: gone ({name}) is not defined at run time"
+    )

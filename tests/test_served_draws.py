@@ -246,6 +246,29 @@ def test_step_lookahead_first_draw_from_a_given_start_state() -> None:
         look.finish()
 
 
+@pytest.mark.parametrize("moved", [False, True])
+def test_step_lookahead_first_draw_for_a_generator_made_later(moved: bool) -> None:
+    """`prepare_first(generator=None)`: the loop makes its generator after the guess was
+    submitted (seeded with a known seed); served to whatever generator is exactly in that
+    state, else the plain draw (a generator moved before its first draw)."""
+    ref = gen(11)
+    with PreparationExecutor() as ex:
+        look = _lookahead(ex, draws=2)
+        look.prepare_first((5,), None, (F32,), lambda: gen(11).get_state())
+        g = gen(11)  # made by the loop, after the guess
+        if moved:
+            torch.randn(1, generator=g)
+            torch.randn(1, generator=ref)
+        plain = lambda: torch.randn((5,), generator=g)  # noqa: E731
+        out = look.serve((5,), (g,), F32, None, None, plain)
+        assert look.first_ahead is not moved
+        assert torch.equal(bits(out), bits(torch.randn((5,), generator=ref)))
+        assert torch.equal(g.get_state(), ref.get_state())
+        look.finish()
+    with pytest.raises(ValueError, match="start_state"):
+        _lookahead(PreparationExecutor(), draws=1).prepare_first((5,), None, (F32,))
+
+
 def test_step_lookahead_ends_on_a_moved_generator_and_counts_the_unused() -> None:
     g, ref = gen(9), gen(9)
     with PreparationExecutor() as ex:

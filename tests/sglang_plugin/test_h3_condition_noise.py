@@ -29,7 +29,7 @@ from _h3_harness import (
     same,
 )
 
-from prenoise.integrations.sglang import h3_conditions, plugin, reviewed, support
+from prenoise.integrations.sglang import h3_conditions, live, plugin, reviewed, support
 
 _H3 = "sglang.multimodal_gen.runtime.pipelines_core.stages.model_specific_stages.minimax_h3"
 
@@ -88,7 +88,11 @@ def both_arms(
         torch.set_rng_state(start)
         monkeypatch.setenv(plugin.ENABLE_ENV, setting)
         mixed.clear()
-        with recorded_draws() as seen, recorded_serves() as serves:
+        with (
+            live.observing(spy, hooked),  # the spy is the test's own: still the reviewed code
+            recorded_draws() as seen,
+            recorded_serves() as serves,
+        ):
             fields = run(h3, make(), before_latents=encode)
         fields["cond_noise_aug_rows"] = [fingerprint(t) for t in mixed]
         fields["rng"] = fingerprint(torch.get_rng_state())

@@ -41,7 +41,7 @@ from _h3_harness import (
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
-from prenoise.integrations.sglang import plugin
+from prenoise.integrations.sglang import live, plugin
 
 _COND_NOISE = (
     "sglang.multimodal_gen.runtime.pipelines_core.stages.model_specific_stages.minimax_h3."
@@ -153,7 +153,10 @@ def returned_condition_rows() -> Iterator[list[torch.Tensor]]:
         returned.append(out)
         return out
 
-    with mock.patch.object(module, "minimax_h3_imgvid_cond_noise_aug_rows", spy):
+    with (
+        mock.patch.object(module, "minimax_h3_imgvid_cond_noise_aug_rows", spy),
+        live.observing(spy, hooked),  # the test's own spy: still the reviewed code
+    ):
         yield returned
 
 

@@ -85,9 +85,9 @@ def test_rollout_plugin_on_equals_off(
     (loop,) = loops
     draws = stochastic(6, sde_type, sde_steps, level)
     assert loop.drawn == draws
-    # every draw after the first was served, drawn on prenoise's rollout worker
-    assert loop.served == max(draws - 1, 0) and loop.left is None
-    assert len(threads) == max(draws - 1, 0)
+    # every draw was served, the first one too, drawn on prenoise's rollout worker
+    assert loop.served == draws and loop.left is None and loop.first_ahead is (draws > 0)
+    assert len(threads) == draws
     assert all(t.startswith(h3_rollout.EXECUTOR_NAME) for t in threads)
     assert threading.current_thread().name not in threads
     alive = [t.name for t in threading.enumerate() if t.name.startswith(h3_rollout.EXECUTOR_NAME)]
@@ -119,7 +119,7 @@ def test_sde_nan_at_step_zero_is_upstreams_in_both_arms(
     assert len(off) == 2 * 6 + 3 and differing(off, on) == []
     assert torch.isnan(off["log_prob[0]"][4].view(torch.float32)).all()  # upstream's NaN, kept
     (loop,) = loops
-    assert loop.drawn == 6 and loop.served == 5
+    assert loop.drawn == 6 and loop.served == 6 and loop.first_ahead
     alive = [t.name for t in threading.enumerate() if t.name.startswith(h3_rollout.EXECUTOR_NAME)]
     assert alive == []
 
@@ -162,7 +162,7 @@ def test_generator_used_between_steps_ends_lookahead_bitwise(
     on = run_rollout(h3, rollout_request(h3, 4, steps=6), monkeypatch, dit=dit)
     assert differing(off, on) == []
     (loop,) = loops
-    assert loop.served == 2 and loop.drawn == 6  # steps 1, 2 served; 3.. plain
+    assert loop.served == 3 and loop.drawn == 6  # steps 0, 1, 2 served; 3.. plain
     assert loop.left is not None and "generator changed" in loop.left
 
 
@@ -192,6 +192,89 @@ def test_broken_state_check_is_caught(
     on = run_rollout(h3, rollout_request(h3, 4, steps=6), monkeypatch, dit=dit)
     assert "rollout.log_probs" in differing(off, on)
     assert "generator.final_state" in differing(off, on)
+
+
+def _first_unchecked(
+    self: StepLookahead, shape: Any, generator: torch.Generator, dtype: Any, device: Any
+) -> Any:
+    """`StepLookahead._take_first_locked` without its state check (broken on purpose)."""
+    guess, self._first = self._first, None
+    if guess is None or guess.shape != shape:
+        return None
+    self._executor.take(guess.job)
+    tensor, after = guess.drawn[dtype]
+    generator.set_state(after)
+    self.served += 1
+    self.first_ahead = True
+    return tensor
+
+
+@pytest.mark.parametrize("broken", [False, True])
+def test_first_draw_is_served_only_on_the_seeded_state(
+    h3: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    loops: list[h3_rollout.RolloutLoop],
+    broken: bool,
+) -> None:
+    """The DiT draws from the rollout generator before the loop's first update (a step
+    callback's place): the generator is no longer in the seeded state the first draw was
+    prepared from, so it is not served (the plain draw runs; later steps are still served).
+    With the state check broken on purpose, the comparison catches the wrong bits."""
+
+    def dit(video: int, audio: int, contexts: list[Any]) -> FakeH3DiT:
+        return DrawingDiT(video, audio, contexts, at=0)
+
+    monkeypatch.setenv(plugin.ENABLE_ENV, "0")
+    off = run_rollout(h3, rollout_request(h3, 5, steps=6), monkeypatch, dit=dit)
+    monkeypatch.setenv(plugin.ENABLE_ENV, "1")
+    if broken:
+        monkeypatch.setattr(StepLookahead, "_take_first_locked", _first_unchecked)
+    on = run_rollout(h3, rollout_request(h3, 5, steps=6), monkeypatch, dit=dit)
+    (loop,) = loops
+    if broken:
+        assert "rollout.log_probs" in differing(off, on)
+        return
+    assert differing(off, on) == []
+    assert not loop.first_ahead and loop.served == 5 and loop.drawn == 6 and loop.left is None
+
+
+def test_first_draw_from_another_seed_is_not_served(
+    h3: Any, monkeypatch: pytest.MonkeyPatch, loops: list[h3_rollout.RolloutLoop]
+) -> None:
+    """A first draw predicted from another seed than the loop's (forced): its start state is
+    not the generator's, so the plain draw runs; every bit as upstream's."""
+    real = h3_rollout.first_draw
+
+    def wrong_seed(batch: Any, stream: str) -> Any:
+        first, why = real(batch, stream)
+        assert first is not None, why
+        return (first[0], first[1] + 1), why
+
+    monkeypatch.setattr(h3_rollout, "first_draw", wrong_seed)
+    off, on, threads = both_arms(h3, monkeypatch, 9, steps=4)
+    assert differing(off, on) == []
+    (loop,) = loops
+    assert not loop.first_ahead and loop.served == 3 and loop.drawn == 4
+    assert len(threads) == 4  # the unserved guess ran on the worker too, then was dropped
+
+
+def test_first_draw_is_not_prepared_for_a_device_loop(
+    h3: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Native stream, a non-CPU platform device: the generator will not be a CPU one, so the
+    first draw is not prepared (it could never be served); a named stream prepares it (its
+    CPU stand-in is seeded with the same seed)."""
+    from sglang.multimodal_gen.runtime.platforms import current_platform
+
+    req = rollout_request(h3, 3)
+    req.extra["minimax_h3_denoise_state"] = {"initial_video_rows": torch.zeros(7, 96)}
+    assert h3_rollout.first_draw(req, "native") == (((7, 96), 3), "")
+    monkeypatch.setattr(
+        type(current_platform), "get_local_torch_device", classmethod(lambda _c: "cuda:0")
+    )
+    first, why = h3_rollout.first_draw(req, "native")
+    assert first is None and "cuda generator" in why
+    assert h3_rollout.first_draw(req, "x86") == (((7, 96), 3), "")
 
 
 def test_failing_loop_joins_the_worker(h3: Any, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -294,7 +377,8 @@ def test_noise_record_names_each_stochastic_step(
     h3: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
 ) -> None:
     """`PRENOISE_NOISE_RECORD` set: one record per stochastic step (site `h3.rollout`, the
-    generator's seed, the loop step, the digest of that step's noise); nothing else changes."""
+    generator's seed, the loop step, the digest of that step's noise, the request's stable
+    record name); nothing else changes."""
     import json
 
     from prenoise.observe import noise_record
@@ -309,10 +393,11 @@ def test_noise_record_names_each_stochastic_step(
     monkeypatch.delenv(noise_record.RECORD_ENV)
     assert differing(off, on) == []
     lines = [json.loads(line) for f in tmp_path.iterdir() for line in f.read_text().splitlines()]
+    lines = [r for r in lines if r["site"] == "h3.rollout"]  # (h3.initial.*: test_h3_noise_records)
     assert [(r["engine"], r["site"], r["seed"], r["step"]) for r in lines] == [
         ("sglang", "h3.rollout", 14, step) for step in (0, 2, 3)
     ]
-    assert {r["request"] for r in lines} == {"rollout-14"}
+    assert {r["request"] for r in lines} == {"sglang#0"}  # a stable name, not the request id
     generator = torch.Generator().manual_seed(14)
     shape = on["noise_buffer"].shape
     digests = [noise_record.noise_digest(torch.randn(shape, generator=generator)) for _ in "abc"]

@@ -82,7 +82,7 @@ def test_native_changes_nothing(
 ) -> None:
     off, served, serial = rollout_arms(h3, monkeypatch, "native", steps=5)
     assert differing(off, served) == [] and differing(off, serial) == []
-    assert loops[0].served == 4 and loops[1].served == 0
+    assert loops[0].served == 5 and loops[1].served == 0  # every draw, the first one too
 
 
 @pytest.mark.skipif(
@@ -93,7 +93,7 @@ def test_x86_on_an_x86_host_is_upstreams_cpu_bits(
 ) -> None:
     off, served, serial = rollout_arms(h3, monkeypatch, "x86", steps=5, sde_steps=[0, 2, 3])
     assert differing(off, served) == [] and differing(off, serial) == []
-    assert loops[0].served == 2 and loops[0].stream == "x86"
+    assert loops[0].served == 3 and loops[0].first_ahead and loops[0].stream == "x86"
 
 
 def test_libm_is_the_libm_stream_and_not_native(
@@ -102,7 +102,7 @@ def test_libm_is_the_libm_stream_and_not_native(
     off, served, serial = rollout_arms(h3, monkeypatch, "libm", steps=6)
     assert differing(served, serial) == []
     assert set(NOISE_FIELDS) <= set(differing(off, served))
-    assert loops[0].served == 5 and loops[1].served == 0
+    assert loops[0].served == 6 and loops[0].first_ahead and loops[1].served == 0
     # the initial video rows are the libm draw of the request seed, patchified by upstream
     packed = __import__(f"{_H3}.packed_tokens", fromlist=["x"])
     rows = served["extra.minimax_h3_denoise_state.initial_video_rows"]
@@ -166,7 +166,7 @@ def test_device_generator_in_a_stream_draws_a_cpu_stream(
     noise = [noise_streams.randn(shape, generator=generator, stream="libm") for _ in range(6)]
     assert torch.equal(libm["noise_buffer"], noise[-1])
     assert torch.equal(libm["generator"].get_state(), torch.Generator().manual_seed(33).get_state())
-    assert loops[-1].served == 5 and loops[-1].drawn == 6
+    assert loops[-1].served == 6 and loops[-1].drawn == 6 and loops[-1].first_ahead
     # every step's noise: the same rollout with upstream's CPU generator, in libm
     monkeypatch.setenv(plugin.ENABLE_ENV, "1")
     monkeypatch.setenv(NOISE_STREAM_ENV, "libm")
@@ -183,7 +183,7 @@ def test_device_generator_in_native_is_upstreams_own_draw(
     h3: Any, monkeypatch: pytest.MonkeyPatch, loops: list[h3_rollout.RolloutLoop]
 ) -> None:
     fields = device_rollout(h3, monkeypatch, "native", steps=4)
-    assert loops[-1].drawn == 0 and loops[-1].lookahead is None  # the mode was never entered
+    assert loops[-1].drawn == 0 and loops[-1].served == 0  # the mode was never entered
     monkeypatch.setenv(plugin.ENABLE_ENV, "0")
     off = run_rollout(h3, rollout_request(h3, 33, steps=4), monkeypatch)
     assert differing(off, fields) == []

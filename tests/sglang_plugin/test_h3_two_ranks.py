@@ -13,6 +13,8 @@ payload is the harness's). Asserted, byte for byte: on each rank, plugin on equa
 tensor the Denoising stage receives, every DiT input, the outputs, the global RNG); rank 0
 equals rank 1; both equal this process's single-process, plugin-off run of the same requests;
 each rank's noise was prepared on a `prenoise-sglang` worker of its own process and served.
+Both ranks record their noise (`PRENOISE_NOISE_RECORD`): one group, the replica's, the same
+request names, and `rollout-check` finds the ranks agree (a digest changed on one rank: found).
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ from _h3_harness import run, same
 from _h3_rank import IMAGES_ENV, OUT_ENV, make, replica_encoders, requests
 
 from prenoise.integrations.sglang import plugin
+from prenoise.observe import noise_record
+from prenoise.verify.rollout_noise import check_rollout, load_records
 from waits import before, deadline
 
 WORLD = 2
@@ -62,12 +66,14 @@ def _ranks(images: list[str], folder: Path) -> list[dict[str, Any]]:
     """Both ranks' results; a rank that fails stops the other (it would wait in a collective)."""
     root = Path(__file__).resolve().parents[2]
     port = str(_free_port())
+    (folder / "records").mkdir()
     processes = []
     for rank in range(WORLD):
         env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
         env.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(WORLD),
                    MASTER_ADDR="127.0.0.1", MASTER_PORT=port, HF_HUB_OFFLINE="1",
                    **{OUT_ENV: str(folder / f"rank{rank}.pt"),
+                      noise_record.RECORD_ENV: str(folder / "records"),
                       IMAGES_ENV: os.pathsep.join(images), plugin.ENABLE_ENV: "1"})  # fmt: skip
         command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
                    str(Path(__file__).parent / "_h3_rank.py")]  # fmt: skip
@@ -119,3 +125,33 @@ def test_every_rank_draws_as_upstream(
         assert same(rank0, rank1) == [], name
         drawn0, drawn1 = ([d[:2] for d in r[name]["1"]["draws"]] for r in ranks)
         assert drawn0 == drawn1, name  # the same draws (label, seed), each on its own worker
+    _records_agree(tmp_path / "records", len(requests(images)))
+
+
+def _records_agree(folder: Path, count: int) -> None:
+    """Each rank's records (plugin-on arms only: off, nothing records): one group (the
+    replica), the same request names and sites on both ranks; rollout-check clean; one rank's
+    digest changed: a rank disagreement."""
+    import json
+
+    files = sorted(folder.glob("noise-*.jsonl"))
+    assert len(files) == WORLD
+    lines = [json.loads(x) for f in files for x in f.read_text().splitlines()]
+    assert {r["group"] for r in lines} == {"replica:0,1"}
+    assert {r["world_size"] for r in lines} == {WORLD}
+    per_rank = [sorted((r["request"], r["site"]) for r in lines if r["rank"] == k) for k in (0, 1)]
+    assert per_rank[0] == per_rank[1] and len({q for q, _ in per_rank[0]}) == count
+    assert {q for q, _ in per_rank[0]} == {f"replica:0,1#{n}" for n in range(count)}
+    assert "h3.condition.0" in {site for _q, site in per_rank[0]}
+    report = check_rollout(load_records(folder))
+    assert report.clean and report.groups == 1 and report.ranks == WORLD, report.summary()
+    tampered = [dict(r) for r in lines]
+    one = next(r for r in tampered if r["rank"] == 1 and r["site"] == "h3.condition.0")
+    one["digest"] = "0" * 64
+    other = folder.parent / "tampered"
+    other.mkdir()
+    for k in (0, 1):
+        rank = [json.dumps(r) for r in tampered if r["rank"] == k]
+        (other / f"noise-host-{k}.jsonl").write_text("\n".join(rank) + "\n")
+    found = check_rollout(load_records(other))
+    assert found.counts == {"rank_disagreement": 1}, found.summary()

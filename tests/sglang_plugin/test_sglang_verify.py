@@ -52,7 +52,7 @@ def test_a_rollout_is_verified_with_its_noise_served(
     rollout = report["prepared"]["rollout"]
     expected = rollout["expected_draws"]
     assert expected > 1 and rollout["answered"] == expected
-    assert rollout["served"] == expected - 1  # every draw after the first, prepared ahead
+    assert rollout["served"] == expected  # every draw, the first one too, prepared ahead
     names = set(report["fields"])
     assert "rollout.log_probs" in names and "rollout_generator[0].final_state" in names
 
@@ -123,15 +123,15 @@ def _recorded_rollouts(h3: Any, monkeypatch: pytest.MonkeyPatch, folder: Path, s
 def test_recorded_sglang_rollouts_pass_rollout_check(
     h3: Any, capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The plugin's rollout records (`h3.rollout`, one per stochastic step: 4 of 4 with cps):
-    a rerun reproduces
-    them (matched by seed: the harness's requests have no stable id), and two samples given one
-    seed are a collision."""
+    """The plugin's records (`h3.initial.video`, `h3.initial.audio`, and `h3.rollout` once per
+    stochastic step: 4 of 4 with cps): a rerun reproduces them, matched by the requests' stable
+    names (`sglang#N`) or by seed, and two samples given one seed are a collision."""
     _recorded_rollouts(h3, monkeypatch, tmp_path / "a", [3, 4])
     _recorded_rollouts(h3, monkeypatch, tmp_path / "b", [3, 4])
-    status = main(["rollout-check", str(tmp_path / "a"), str(tmp_path / "b"), "--match", "seed"])
-    out = capsys.readouterr().out
-    assert status == 0 and "noise trusted: 8 draws of 2 requests on 1 rank," in out, out
+    for match in ([], ["--match", "seed"]):
+        status = main(["rollout-check", str(tmp_path / "a"), str(tmp_path / "b"), *match])
+        out = capsys.readouterr().out
+        assert status == 0 and "noise trusted: 12 draws of 2 requests on 1 rank," in out, out
     _recorded_rollouts(h3, monkeypatch, tmp_path / "c", [5, 5])
     assert main(["rollout-check", str(tmp_path / "c")]) == 1
     out = capsys.readouterr().out

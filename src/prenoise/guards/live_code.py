@@ -15,6 +15,14 @@ Each code object is compared once (code objects are immutable: the verdict is ca
 object, kept alive by the cache so its id is never reused); every call walks the live objects
 again, so a `__code__` swapped back and forth is seen each time. A class named by a key is
 checked method by method: every function its source body defines.
+
+An integration whose own hooks wrap upstream's functions (SGLang's `HookRegistry` wrappers,
+vLLM-Omni's patched names) passes `unwrap`: given one layer, the function it wraps when that
+layer is the integration's own wrapper (proven by its code object and its closure, not by
+`__wrapped__` alone), else None. Any other layer — a foreign plugin's wrapper, a runtime patch —
+is not the reviewed code. prenoise's own observers (a spy that records what a relied-on
+function returns and changes nothing: `vllm-omni-verify`'s probes, `sglang-verify`'s condition
+spy) are looked through while `observing` holds them.
 """
 
 from __future__ import annotations
@@ -24,17 +32,26 @@ import sys
 import threading
 import tokenize
 import types
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
-from prenoise.guards.source_digests import CodeUnavailable, definition, installed_source_file
+from prenoise.guards.source_digests import (
+    ABSENT,
+    CodeUnavailable,
+    definition,
+    installed_source_file,
+)
 
 __all__ = [
     "TRUSTED_WRAPPER_CODES",
+    "Unwrap",
     "is_source_code",
     "live_code_problem",
     "live_keys_problem",
     "live_object",
+    "observing",
+    "reviewed_code_problem",
     "same_code",
     "torch_draws_problem",
 ]
@@ -63,7 +80,12 @@ TRUSTED_WRAPPER_CODES = _torch_wrapper_codes()
 """Decorator wrappers a relied-on function may sit under (they change no draw): torch's
 `no_grad()` / `inference_mode()` / `enable_grad()` context wrapper."""
 
+Unwrap = Callable[[object], object | None]
+"""An integration's own-wrapper test: the function a layer wraps when the layer is the
+integration's own hook wrapper, else None (`live_code_problem`'s `unwrap`)."""
+
 _lock = threading.Lock()
+_observers: dict[int, tuple[object, object]] = {}  # id(observer) -> (observer, what it calls)
 _compiled: dict[str, types.CodeType] = {}  # module -> its installed source compiled
 # (id(code), module, qualname) -> (code, whether it is the source's)
 _same: dict[tuple[int, str, str], tuple[types.CodeType, bool]] = {}
@@ -200,16 +222,23 @@ def _is_compiled(code: types.CodeType, module: str, qualname: str) -> bool:
     return same
 
 
-def _function_problem(obj: object, module: str, qualname: str) -> str | None:
+def _function_problem(
+    obj: object, module: str, qualname: str, unwrap: Unwrap | None = None
+) -> str | None:
     """Why the live function `obj` is not the source's `qualname` (None: it is).
 
     Decorator layers are followed through `__wrapped__` where the wrapper is torch's context
     wrapper (`TRUSTED_WRAPPER_CODES`) or a function of the installed source of the relied-on
-    code's own top package (a diffusers decorator); the innermost function must be what the
-    installed source compiles to for `qualname`."""
+    code's own top package (a diffusers decorator), and through the integration's own hook
+    wrappers (`unwrap`); the innermost function must be what the installed source compiles to
+    for `qualname`."""
     top = module.split(".", 1)[0]
     for func in _functions(obj):
         for _layer in range(8):
+            inner = _observed(func) or (unwrap(func) if unwrap is not None else None)
+            if inner is not None:
+                func = inner
+                continue
             code = getattr(func, "__code__", None)
             if not isinstance(code, types.CodeType):
                 kind = type(func).__name__
@@ -235,9 +264,30 @@ def _function_problem(obj: object, module: str, qualname: str) -> str | None:
     return None
 
 
-def live_code_problem(module: str, qualname: str) -> str | None:
+@contextmanager
+def observing(observer: Callable[..., Any], observed: Callable[..., Any]) -> Iterator[None]:
+    """While open, `observer` — prenoise's own wrapper around `observed` that calls it and
+    changes nothing (a spy recording what it returns) — is looked through like a trusted
+    decorator: the live check goes on with `observed`."""
+    with _lock:
+        _observers[id(observer)] = (observer, observed)
+    try:
+        yield
+    finally:
+        with _lock:
+            _observers.pop(id(observer), None)
+
+
+def _observed(layer: object) -> object | None:
+    """What `layer` calls when it is an open `observing` observer; else None."""
+    seen = _observers.get(id(layer))
+    return seen[1] if seen is not None and seen[0] is layer else None
+
+
+def live_code_problem(module: str, qualname: str, unwrap: Unwrap | None = None) -> str | None:
     """Why what runs at `module:qualname` is not the installed source's code (None: it is, or
-    the module is not loaded). A class is checked through every function its body defines."""
+    the module is not loaded). A class is checked through every function its body defines;
+    `unwrap` looks through the caller's own hook wrappers (see the module doc)."""
     try:
         obj = live_object(module, qualname)
         if obj is None:
@@ -248,14 +298,14 @@ def live_code_problem(module: str, qualname: str) -> str | None:
     except (CodeUnavailable, SyntaxError, ValueError, OSError) as error:
         return f"{qualname} ({module}): {error}"
     if methods is None:
-        return _function_problem(obj, module, qualname)
+        return _function_problem(obj, module, qualname, unwrap)
     if not isinstance(obj, type):
         return f"{qualname} ({module}) is a {type(obj).__name__} at run time, not a class"
     for name in methods:
         method = vars(obj).get(name)
         if method is None:
             return f"{qualname}.{name} ({module}) is not defined at run time"
-        problem = _function_problem(method, module, f"{qualname}.{name}")
+        problem = _function_problem(method, module, f"{qualname}.{name}", unwrap)
         if problem is not None:
             return problem
     return None
@@ -267,18 +317,46 @@ def _methods(module: str, qualname: str) -> tuple[str, ...] | None:
     with _lock:
         if key in _members:
             return _members[key]
-    path = installed_source_file(module)
-    if path is None:
-        raise CodeUnavailable(f"module {module} is not installed")
-    with tokenize.open(path) as file:
-        node = definition(ast.parse(file.read(), str(path)), qualname)
-    methods = None
-    if isinstance(node, ast.ClassDef):
-        names = [i.name for i in node.body if isinstance(i, ast.FunctionDef | ast.AsyncFunctionDef)]
-        methods = tuple(dict.fromkeys(names))
+    if sys.version_info >= (3, 11):  # from the compiled module (`co_qualname`): no second parse
+        methods = _code_methods(module, qualname)
+    else:  # pragma: no cover - Python 3.10
+        path = installed_source_file(module)
+        if path is None:
+            raise CodeUnavailable(f"module {module} is not installed")
+        with tokenize.open(path) as file:
+            node = definition(ast.parse(file.read(), str(path)), qualname)
+        methods = None
+        if isinstance(node, ast.ClassDef):
+            body = node.body
+            names = [i.name for i in body if isinstance(i, ast.FunctionDef | ast.AsyncFunctionDef)]
+            methods = tuple(dict.fromkeys(names))
     with _lock:
         _members[key] = methods
     return methods
+
+
+_NEW_LOCALS = 0x2  # `inspect.CO_NEWLOCALS`: a function's code (a class body's has it not)
+
+
+def _code_methods(module: str, qualname: str) -> tuple[str, ...] | None:
+    """`_methods` read from `module`'s compiled source (`_module_code`, cached)."""
+    found = next(
+        (c for c in _nested(_module_code(module)) if getattr(c, "co_qualname", "") == qualname),
+        None,
+    )
+    if found is None:
+        raise CodeUnavailable(f"{qualname} is not defined there")
+    if found.co_flags & _NEW_LOCALS:
+        return None
+    names = [
+        c.co_name
+        for c in found.co_consts
+        if isinstance(c, types.CodeType)
+        and c.co_flags & _NEW_LOCALS
+        and not c.co_name.startswith("<")
+        and getattr(c, "co_qualname", "") == f"{qualname}.{c.co_name}"
+    ]
+    return tuple(dict.fromkeys(names))
 
 
 def _forget() -> None:
@@ -303,15 +381,35 @@ def torch_draws_problem() -> str | None:
     return None
 
 
-def live_keys_problem(keys: Iterator[str] | tuple[str, ...] | list[str]) -> str | None:
+def live_keys_problem(
+    keys: Iterator[str] | tuple[str, ...] | list[str], unwrap: Unwrap | None = None
+) -> str | None:
     """The first `live_code_problem` among `module:qualname` keys, after torch's own draws
-    (`torch_draws_problem`); None when all run their installed source."""
+    (`torch_draws_problem`); None when all run their installed source. `unwrap`: the caller's
+    own hook wrappers, looked through (see the module doc)."""
     problem = torch_draws_problem()
     if problem is not None:
         return problem
     for key in keys:
         module, _, qualname = key.partition(":")
-        problem = live_code_problem(module, qualname)
+        problem = live_code_problem(module, qualname, unwrap)
         if problem is not None:
             return problem
     return None
+
+
+def reviewed_code_problem(
+    keys: tuple[str, ...], unwrap: Unwrap | None, digest: Callable[[str], str]
+) -> str | None:
+    """An integration path's live check: `live_keys_problem` over the path's `keys`, leaving
+    out a function its installed source does not define (`digest(key)` is `ABSENT`: reviewed as
+    absent, nothing of it can run), said as "the code that runs is not the reviewed code: ..."."""
+
+    def defined(key: str) -> bool:
+        try:
+            return digest(key) != ABSENT
+        except CodeUnavailable:  # unreadable: the digest check turned the path off already
+            return True
+
+    found = live_keys_problem(tuple(filter(defined, keys)), unwrap)
+    return None if found is None else f"the code that runs is not the reviewed code: {found}"

@@ -16,11 +16,15 @@ import hashlib
 import importlib.util
 import subprocess
 import sys
+import threading
+import tokenize
 import zipfile
 from pathlib import Path
 
 __all__ = [
+    "ABSENT",
     "CodeUnavailable",
+    "InstalledDigests",
     "code_digest",
     "definition",
     "installed_source_file",
@@ -55,6 +59,74 @@ def installed_source_file(module: str) -> Path | None:
             if path.is_file():
                 return path
     return None
+
+
+ABSENT = "absent"
+"""The digest of a function the installed source does not define (its module lacks it, or the
+package has no such module); recorded as reviewed where a release does not define it."""
+
+
+class InstalledDigests:
+    """The digests of installed functions (`module:qualname` -> digest), each module's source
+    file found with `installed_source_file` (nothing imported) and parsed once, each digest
+    computed once; thread-safe. One instance per integration (`clear` for its tests).
+
+    `digest` answers `ABSENT` where the module does not define the function or the package has
+    no such module, and raises `CodeUnavailable` when the package is not installed or a module's
+    source cannot be read or parsed."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._trees: dict[str, ast.Module] = {}
+        self.cache: dict[str, str] = {}
+        """key -> digest, as computed (a test may set an entry: that digest is then answered)."""
+
+    def digest(self, key: str) -> str:
+        """The digest of the installed `module:qualname` (cached)."""
+        with self._lock:
+            digest = self.cache.get(key)
+            if digest is None:
+                digest = self.cache[key] = self._compute(key)
+            return digest
+
+    def tree(self, module: str) -> ast.Module:
+        """`module`'s installed source, parsed (cached); `CodeUnavailable` where the package
+        has no such module, or as `digest`."""
+        with self._lock:
+            tree = self._tree(module)
+        if tree is None:
+            raise CodeUnavailable(f"module {module} is not installed")
+        return tree
+
+    def _tree(self, module: str) -> ast.Module | None:
+        tree = self._trees.get(module)
+        if tree is None:
+            path = installed_source_file(module)
+            if path is None:
+                return None
+            try:
+                with tokenize.open(path) as file:
+                    tree = ast.parse(file.read(), str(path))
+            except (OSError, SyntaxError) as error:
+                raise CodeUnavailable(f"the source of {module} cannot be read: {error}") from None
+            self._trees[module] = tree
+        return tree
+
+    def _compute(self, key: str) -> str:
+        module, _, qualname = key.partition(":")
+        tree = self._tree(module)
+        if tree is None:
+            return ABSENT
+        try:
+            return node_digest(definition(tree, qualname))
+        except CodeUnavailable:
+            return ABSENT
+
+    def clear(self) -> None:
+        """Forget every parsed module and digest (tests that change the installed files)."""
+        with self._lock:
+            self._trees.clear()
+            self.cache.clear()
 
 
 def definition(tree: ast.Module, qualname: str) -> ast.FunctionDef | ast.ClassDef:

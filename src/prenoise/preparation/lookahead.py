@@ -96,7 +96,7 @@ class _FirstGuess:
 
     job: str
     shape: tuple[int, ...]
-    generator: torch.Generator
+    generator: torch.Generator | None
     dtypes: tuple[torch.dtype, ...]
     start_state: Callable[[], torch.Tensor]
     before: torch.Tensor | None = None
@@ -150,7 +150,7 @@ class StepLookahead:
     def prepare_first(
         self,
         shape: tuple[int, ...],
-        generator: torch.Generator,
+        generator: torch.Generator | None,
         dtypes: tuple[torch.dtype, ...],
         start_state: Callable[[], torch.Tensor] | None = None,
     ) -> None:
@@ -160,7 +160,17 @@ class StepLookahead:
         state `ServedDraws.clone_state` says the planned draws leave the generator in.
         `dtypes`: the dtypes it may be drawn in, each drawn from that state on its own clone.
         A guess from another state than the generator's at the call is not served.
-        Unserved, it is dropped (not counted in `unused`)."""
+        Unserved, it is dropped (not counted in `unused`).
+
+        `generator=None`: the first draw's generator does not exist yet (the loop makes it,
+        e.g. seeded with a known seed); `start_state` is then required, and the guess is served
+        to the first draw's generator whatever object it is, on its state alone (a CPU
+        `torch.Generator` in exactly that state: the same draw, bit for bit)."""
+        if generator is None and start_state is None:
+            raise ValueError("prepare_first(generator=None) needs start_state")
+        if start_state is None:
+            assert generator is not None
+            start_state = generator.get_state
         with self._lock:
             if self._ended or self._key is not None or self._first is not None:
                 return
@@ -169,7 +179,7 @@ class StepLookahead:
                 tuple(shape),
                 generator,
                 tuple(dtypes),
-                start_state or generator.get_state,
+                start_state,
             )
             self._executor.submit(guess.job, lambda: self._run_first(guess))
             self._first = guess
@@ -237,7 +247,8 @@ class StepLookahead:
         guess, self._first = self._first, None
         if guess is None:
             return None
-        if guess.shape != shape or guess.generator is not generator or dtype not in guess.dtypes:
+        other = guess.generator is not None and guess.generator is not generator
+        if guess.shape != shape or other or dtype not in guess.dtypes:
             self._drop_first(guess)
             return None
         start = time.perf_counter()
@@ -246,8 +257,10 @@ class StepLookahead:
         except Exception:  # a failed guess never reaches the caller: the plain draw runs
             return None
         assert guess.before is not None
-        if type(generator) is not torch.Generator or not torch.equal(
-            generator.get_state(), guess.before
+        if (
+            type(generator) is not torch.Generator
+            or generator.device.type != "cpu"
+            or not torch.equal(generator.get_state(), guess.before)
         ):
             return None  # something drew from it after the draws before it
         tensor, after = guess.drawn[dtype]

@@ -38,7 +38,7 @@ from typing import Any
 import torch
 
 from prenoise.guards.cancel import CancelEvent
-from prenoise.integrations.sglang import h3_conditions
+from prenoise.integrations.sglang import h3_conditions, h3_record
 from prenoise.preparation.draws import Stream, run_stream
 from prenoise.preparation.executor import PreparationExecutor
 from prenoise.preparation.served import KeyedDraw, ServedDraws
@@ -166,6 +166,7 @@ class RequestDraws:
         self._lock = threading.Lock()
         self._submitted = 0
         self._later: list[tuple[Any, Any, str]] = []
+        self._names = h3_record.request_names()  # the noise records' request names
         self.skipped: dict[int, str] = {}
         """id(batch) -> why nothing was prepared for it."""
         self.conditions_skipped: dict[int, str] = {}
@@ -173,9 +174,11 @@ class RequestDraws:
 
     def __enter__(self) -> RequestDraws:
         self.executor.__enter__()
+        self._names.__enter__()
         return self
 
     def __exit__(self, *exc: Any) -> None:
+        self._names.__exit__(*exc)
         try:
             for _key, served in self._plans.values():
                 served.finish()
@@ -313,4 +316,5 @@ class RequestDraws:
         if len(noise) != len(labels) or not keys:
             logger.info("prenoise: MiniMax-H3 condition noise drawn by upstream: %s", why)
             return None
+        h3_record.record_conditions(batch, keys, noise)
         return h3_conditions.mix(clean_rows, noise, noise_aug)

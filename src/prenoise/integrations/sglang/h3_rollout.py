@@ -12,13 +12,21 @@ upstream's own function inside a thread-local torch function mode that answers e
 operation run as it is.
 
 The answer comes from the core's `StepLookahead` (one per loop, on a request-owned
-`PreparationExecutor` whose thread is `prenoise-sglang-rollout...`): the loop's first draw is
-the plain one; the next draws are prepared on a clone of the generator, one after another, and
-served only when the call has the same key (shape, dtype, generator) and the generator is, byte
-for byte, in the state the prepared draw started from; the generator is then set to the state
-the plain draw leaves it in. Anything else — another shape, a step callback drawing from the
-generator, a failed job, more draws than `expected_draws` says — ends the look-ahead and the plain
-draw runs, on this thread, then and for the rest of the loop. The loop's end (return or raise)
+`PreparationExecutor` whose thread is `prenoise-sglang-rollout...`). The loop's first draw is
+prepared when the loop opens (`_run_full_loop`'s entry, before the layout, the attention
+metadata and the first model call), where it is known: the generator will be a CPU generator
+(the platform's device is the CPU, or a named stream's CPU stand-in), seeded with the request
+seed (`sampling_params.seed`, its first entry for a list) — so its state is a fresh generator's
+after `manual_seed(seed)` — and the draw's shape is the video target rows', the shape of the
+denoise state's `initial_video_rows`, in float32. It is drawn on the worker from that state and
+served to the first draw only when the call's shape and dtype are those and the generator is a
+CPU generator in exactly that state (else the plain draw). The next draws are prepared on a
+clone of the generator, one after another, and served only when the call has the same key
+(shape, dtype, generator) and the generator is, byte for byte, in the state the prepared draw
+started from; the generator is then set to the state the plain draw leaves it in. Anything
+else — another shape, a step callback drawing from the generator, a failed job, more draws than
+`expected_draws` says — ends the look-ahead and the plain draw runs, on this thread, then and
+for the rest of the loop. The loop's end (return or raise)
 cancels pending draws and joins a running one.
 
 What is bitwise-guaranteed (native stream): with the plugin on and off, every tensor upstream's
@@ -46,6 +54,7 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
+from prenoise.integrations.sglang import h3_record
 from prenoise.noise.stream_mode import StreamDrawMode
 from prenoise.noise.streams import NATIVE, NoiseStreamError
 from prenoise.observe import noise_record
@@ -58,6 +67,7 @@ __all__ = [
     "RolloutLoop",
     "current_loop",
     "expected_draws",
+    "first_draw",
     "loop_observers",
     "open_loop",
     "update",
@@ -98,6 +108,33 @@ def expected_draws(batch: Any) -> tuple[int | None, str]:
     if odd:
         return None, f"rollout_sde_type {odd[0]!r} is not one upstream updates with"
     return sum(kind != "ode" for kind in kinds), ""
+
+
+def first_draw(batch: Any, stream: str) -> tuple[tuple[tuple[int, int], int] | None, str]:
+    """The first rollout draw of `batch`'s loop as `_run_full_loop` will make it: `((shape,
+    seed), "")` — the video target rows' shape (the denoise state's `initial_video_rows`, whose
+    rows are exactly the layout's target rows) and the seed the loop's generator is seeded
+    with — where it is a CPU generator's (the platform's device is the CPU, or any device in a
+    named stream, whose CPU stand-in is seeded with the same seed); `(None, why)` else."""
+    from prenoise.integrations.sglang.h3_initial import DENOISE_STATE_KEY
+
+    try:
+        rows = batch.extra[DENOISE_STATE_KEY]["initial_video_rows"]
+        seed = getattr(batch.sampling_params, "seed", 0)  # upstream's own reading
+        if isinstance(seed, list):
+            seed = seed[0]
+        seed = int(seed)
+        if not isinstance(rows, torch.Tensor) or rows.dim() != 2:
+            return None, "the denoise state's video rows are not a 2-D tensor"
+        if stream == NATIVE:
+            from sglang.multimodal_gen.runtime.platforms import current_platform
+
+            device = torch.device(current_platform.get_local_torch_device())
+            if device.type != "cpu":
+                return None, f"the loop's generator is a {device.type} generator (native stream)"
+    except Exception as error:  # upstream's loop raises its own error, or draws plainly
+        return None, f"the first rollout draw cannot be told at the loop's start: {error!r}"
+    return ((int(rows.shape[0]), int(rows.shape[1])), seed), ""
 
 
 class _AnswerRandn(TorchFunctionMode):
@@ -152,7 +189,10 @@ class RolloutLoop:
         self.drawn = 0
         """Draws answered (served or plain)."""
         self.left: str | None = None
-        """Why the look-ahead ended early (None: it served every draw after the first)."""
+        """Why the look-ahead ended early (None: it served every draw it prepared)."""
+        self.first_prepared: str | None = None
+        """Why the first draw was not prepared at the loop's start (None: it was, or the loop
+        draws nothing); `first_ahead` says whether it was served."""
 
     # -- the look-ahead -------------------------------------------------------------------------
 
@@ -188,6 +228,34 @@ class RolloutLoop:
     @property
     def served(self) -> int:
         return 0 if self.lookahead is None else self.lookahead.served
+
+    @property
+    def first_ahead(self) -> bool:
+        """Whether the loop's first draw was served from the draw prepared at its start."""
+        return self.lookahead is not None and self.lookahead.first_ahead
+
+    def prepare_first(self) -> None:
+        """At the loop's start: submit its first draw, where the generator's seed, device and
+        the draw's shape are known (see the module docstring); else say why in
+        `first_prepared`. Nothing here can change a bit: the draw is served only on the key and
+        the exact generator state."""
+        count, why = expected_draws(self.batch)
+        if not count:
+            self.first_prepared = why or None
+            return
+        first, why = first_draw(self.batch, self.stream)
+        if first is None:
+            self.first_prepared = why
+            return
+        shape, seed = first
+
+        def seeded() -> torch.Tensor:
+            return torch.Generator(device="cpu").manual_seed(seed).get_state()
+
+        try:
+            self._started().prepare_first(shape, None, (torch.float32,), seeded)
+        except Exception as error:  # never the request's failure: the plain draw runs
+            self.first_prepared = f"the first draw could not be submitted: {error!r}"
 
     # -- one update call ------------------------------------------------------------------------
 
@@ -242,6 +310,7 @@ def open_loop(batch: Any, stream: str) -> Iterator[RolloutLoop]:
     loop = RolloutLoop(batch, stream)
     token = _loop.set(loop)
     try:
+        loop.prepare_first()
         yield loop
     except BaseException as error:
         _loop.reset(token)
@@ -314,12 +383,4 @@ def _record(kwargs: dict[str, Any], generator: Any, out: Any, drew: bool | None)
     if not drew or not isinstance(noise, torch.Tensor):
         return
     seed = generator.initial_seed() if isinstance(generator, torch.Generator) else None
-    request = getattr(batch, "request_id", None)
-    noise_record.record_noise(
-        engine="sglang",
-        site="h3.rollout",
-        request=str(request) if request is not None else f"batch-{id(batch)}",
-        seed=seed,
-        step=int(step) if isinstance(step, int) else None,
-        noise=noise,
-    )
+    h3_record.record(batch, "h3.rollout", seed, step if isinstance(step, int) else None, noise)

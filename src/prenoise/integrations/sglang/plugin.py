@@ -48,9 +48,9 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from prenoise.integrations.sglang import h3_rollout, latents_ahead, support
+from prenoise.integrations.sglang import h3_record, h3_rollout, latents_ahead, live, support
 from prenoise.integrations.sglang import streams as h3_streams
-from prenoise.integrations.sglang.h3_initial import DENOISE_STATE_KEY, RequestDraws
+from prenoise.integrations.sglang.h3_initial import DENOISE_STATE_KEY, RequestDraws, initial_key
 from prenoise.noise.streams import NATIVE, NoiseStreamError
 
 __all__ = [
@@ -122,7 +122,17 @@ def _say_once(key: str, line: str, level: int = logging.INFO) -> None:
 
 
 def _active(path: str = support.H3_INITIAL_PATH) -> bool:
-    return enabled() is True and support.current().runs(path)
+    """Whether `path` prepares or serves noise for this call: the plugin is on, the installed
+    code is the reviewed code (`support`), and so is the code that runs now (`live`; else one
+    WARNING per process and problem, and upstream's code runs untouched)."""
+    if enabled() is not True or not support.current().runs(path):
+        return False
+    problem = live.problem(path)
+    if problem is not None:
+        _say_once(f"live:{problem}", f"prenoise: sglang: {path}: upstream's code runs "
+                  f"untouched: {problem}", logging.WARNING)  # fmt: skip
+        return False
+    return True
 
 
 def _is_h3(pipeline: Any) -> bool:
@@ -140,6 +150,7 @@ def _refuse_stream_here(stream: str) -> None:
     """`NoiseStreamError` where not every MiniMax-H3 path the stream covers runs here."""
     code = support.current()
     problem = next((code.problems[p] for p in _STREAM_PATHS if not code.runs(p)), None)
+    problem = problem or next(filter(None, map(live.problem, _STREAM_PATHS)), None)
     if problem is not None:
         raise NoiseStreamError(
             f"prenoise: {h3_streams.NOISE_STREAM_ENV}={stream}: MiniMax-H3's noise cannot all "
@@ -206,6 +217,12 @@ def around_forward_batch(
     return _with_requests(original, pipeline, listed, *args, **kwargs)
 
 
+def _initial_seed(plan: Any) -> int | None:
+    """The seed upstream draws `plan`'s initial noise with (None where the plan has no key)."""
+    key = initial_key(plan)
+    return key.seed if key is not None else None
+
+
 def around_prepare_denoise_state(
     original: Callable[..., Any], stage: Any, batch: Any, plan: Any, *args: Any, **kwargs: Any
 ) -> Any:
@@ -214,11 +231,19 @@ def around_prepare_denoise_state(
     prepared draws' key equals `plan`'s."""
     draws = _current.get()
     extra = getattr(batch, "extra", None)
-    if draws is not None and isinstance(extra, dict) and DENOISE_STATE_KEY not in extra:
+    if (
+        draws is not None
+        and isinstance(extra, dict)
+        and DENOISE_STATE_KEY not in extra
+        and _active(support.H3_INITIAL_PATH)
+    ):
         state = draws.serve_state(batch, plan)
         if state is not None:
             extra[DENOISE_STATE_KEY] = state
-    return h3_streams.run_in_stream(_stream(), original, stage, batch, plan, *args, **kwargs)
+    out = h3_streams.run_in_stream(_stream(), original, stage, batch, plan, *args, **kwargs)
+    if enabled() is True:  # `h3.initial.*` noise records (a no-op unless recording)
+        h3_record.record_initial(batch, lambda: _initial_seed(plan))
+    return out
 
 
 def around_run_full_loop(
@@ -252,6 +277,9 @@ def around_imgvid_cond_noise(original: Callable[..., Any], *args: Any, **kwargs:
         rows = draws.serve_condition_rows(batch, args[0], kwargs)
         if rows is not None:
             return rows
+    if batch is not None and enabled() is True:  # upstream's draws read for the noise records
+        capture = h3_record.captured_condition_noise
+        return h3_streams.run_in_stream(_stream(), capture, batch, original, args, kwargs)
     return h3_streams.run_in_stream(_stream(), original, *args, **kwargs)
 
 
@@ -294,6 +322,10 @@ STREAM_HOOKS: tuple[tuple[str, Callable[..., Any]], ...] = (
     (_AUDIO_CONDITION_NOISE, around_audio_cond_noise),
 )
 """Registered in addition for the named noise streams (a plain call in `native`)."""
+
+_TABLES = (HOOKS, CONDITION_HOOKS, ROLLOUT_HOOKS, STREAM_HOOKS, latents_ahead.ENTRY_HOOKS,
+           *latents_ahead.DRAW_SITE_HOOKS.values())  # fmt: skip
+live.own_hooks(hook for table in _TABLES for _target, hook in table)  # the live check's
 
 
 _latents_registered: set[str] = set()  # the latents hooks' targets registered in this process

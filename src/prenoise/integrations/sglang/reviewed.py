@@ -49,10 +49,19 @@ Rollout noise (`h3_rollout`; on top of the initial path's keys):
   the video sigma schedule, with one generator.
 - `MiniMaxH3DenoisingStage._run_full_loop`: wrapped (opens the loop's look-ahead for a rollout
   batch); makes that generator per loop (`torch.Generator(device)`, the request seed).
-- `_resolve_full_loop_context`: the schedule is `batch.extra["minimax_h3_sigmas"]["video"]`.
+- `_resolve_full_loop_context`: the schedule is `batch.extra["minimax_h3_sigmas"]["video"]`;
+  the denoise state's `initial_video_rows` are the layout's video target rows (the first
+  draw's shape, prepared when the loop opens, with `_run_full_loop`'s seed: the sampling
+  seed, its first entry for a list).
+- `CpuPlatform.get_local_torch_device`: the CPU platform's loop device (a CPU generator).
 
 Named noise streams (every key above, plus): `minimax_h3_audio_cond_noise_aug_rows`, wrapped to
 draw in the stream (fresh CPU generators seeded `seed + 1`, only below a level of 1.0).
+
+Noise records' `group` (`h3_record`, only while `PRENOISE_NOISE_RECORD` is set; its own path:
+off, records carry no group): `get_replica_group` (the ranks that share a request batch: every
+axis but data parallel; the world group when SGLang made no replica group),
+`world_group_is_initialized`, `GroupCoordinator.__init__` (`ranks`: the group's global ranks).
 
 Wan / HunyuanVideo and LTX-2 initial noise (`latents_ahead`; none of the MiniMax-H3 keys):
 
@@ -78,6 +87,7 @@ from __future__ import annotations
 __all__ = [
     "H3_CONDITIONS_PATH",
     "H3_INITIAL_PATH",
+    "H3_RECORD_PATH",
     "H3_ROLLOUT_PATH",
     "H3_STREAMS_PATH",
     "LTX2_LATENTS_PATH",
@@ -126,12 +136,25 @@ _ROLLOUT: dict[str, dict[str, tuple[str, ...]]] = {
     _H3 + "minimax_h3_rollout:_effective_sde_type": {"29cb1358389b": _V0523},
     _H3 + "denoise_loop:minimax_h3_denoise_loop": {"9320add03cf8": _V0523},
     _H3 + "stages.denoising:_resolve_full_loop_context": {"bafab2a7309e": _V0523},
+    # the loop's device (the first draw is prepared only where it is the CPU; a wrong answer
+    # costs a wasted draw, never a bit: the served draw is checked against the generator)
+    "sglang.multimodal_gen.runtime.platforms.cpu:CpuPlatform.get_local_torch_device": {
+        "c056ed6bdb32": _V0523
+    },
 }
 REVIEWED.update(_ROLLOUT)
 _STREAMS: dict[str, dict[str, tuple[str, ...]]] = {
     _H3 + "condition_noise:minimax_h3_audio_cond_noise_aug_rows": {"3d8241e9a996": _V0523},
 }
 REVIEWED.update(_STREAMS)
+# The noise records' `group` (`h3_record.replica_group`; read only while recording).
+_PS = "sglang.multimodal_gen.runtime.distributed."
+_RECORD: dict[str, dict[str, tuple[str, ...]]] = {
+    _PS + "parallel_state:get_replica_group": {"0f74a0667229": _V0523},
+    _PS + "parallel_state:world_group_is_initialized": {"71112a452a20": _V0523},
+    _PS + "group_coordinator:GroupCoordinator.__init__": {"9264422bc08d": _V0523},
+}
+REVIEWED.update(_RECORD)
 
 # Wan / HunyuanVideo / LTX-2 initial noise (`latents_ahead`): none of the H3 keys above.
 _RT = "sglang.multimodal_gen.runtime."
@@ -178,6 +201,7 @@ H3_INITIAL_PATH = "MiniMax-H3 initial noise prepared ahead"
 H3_CONDITIONS_PATH = "MiniMax-H3 visual-condition noise prepared ahead"
 H3_ROLLOUT_PATH = "MiniMax-H3 rollout noise prepared ahead"
 H3_STREAMS_PATH = "MiniMax-H3 named noise streams"
+H3_RECORD_PATH = "MiniMax-H3 noise records' replica group"
 STANDARD_LATENTS_PATH = "Wan/HunyuanVideo initial noise prepared ahead (CPU generator)"
 LTX2_LATENTS_PATH = "LTX-2 initial noise prepared ahead"
 PATHS: dict[str, tuple[str, ...]] = {
@@ -185,6 +209,7 @@ PATHS: dict[str, tuple[str, ...]] = {
     H3_CONDITIONS_PATH: _INITIAL_KEYS + tuple(_CONDITIONS),
     H3_ROLLOUT_PATH: (*_INITIAL_KEYS, _RUN_FULL_LOOP, *_ROLLOUT),
     H3_STREAMS_PATH: (*_INITIAL_KEYS, *_CONDITIONS, *_ROLLOUT, *_STREAMS),
+    H3_RECORD_PATH: tuple(_RECORD),
     STANDARD_LATENTS_PATH: (*_LATENT_ENTRY, *_STANDARD_LATENTS),
     LTX2_LATENTS_PATH: (*_LATENT_ENTRY, *_LTX2_LATENTS),
 }

@@ -10,17 +10,10 @@ that path runs upstream's code untouched (the hooks pass every call straight thr
 
 from __future__ import annotations
 
-import ast
 import threading
-import tokenize
 from dataclasses import dataclass, field
 
-from prenoise.guards.source_digests import (
-    CodeUnavailable,
-    definition,
-    installed_source_file,
-    node_digest,
-)
+from prenoise.guards.source_digests import ABSENT, CodeUnavailable, InstalledDigests
 from prenoise.integrations.sglang.reviewed import (
     H3_CONDITIONS_PATH,
     H3_INITIAL_PATH,
@@ -44,12 +37,9 @@ __all__ = [
     "reset",
 ]
 
-ABSENT = "absent"
-"""The digest of a function the installed source does not define (or a missing module)."""
-
 _lock = threading.Lock()
-_trees: dict[str, ast.Module] = {}
-_digests: dict[str, str] = {}
+_installed = InstalledDigests()
+_digests = _installed.cache  # key -> installed digest (the shared cache's own dict)
 _current: Support | None = None
 
 
@@ -72,30 +62,9 @@ class Support:
 
 def installed_digest(key: str) -> str:
     """The digest of the installed `module:qualname` (`ABSENT` where it is not defined);
-    `CodeUnavailable` when sglang is not installed or the source cannot be read."""
-    with _lock:
-        digest = _digests.get(key)
-        if digest is not None:
-            return digest
-        module, _, qualname = key.partition(":")
-        tree = _trees.get(module)
-        if tree is None:
-            path = installed_source_file(module)
-            if path is None:
-                _digests[key] = ABSENT
-                return ABSENT
-            try:
-                with tokenize.open(path) as file:
-                    tree = ast.parse(file.read(), str(path))
-            except (OSError, SyntaxError) as error:
-                raise CodeUnavailable(f"the source of {module} cannot be read: {error}") from None
-            _trees[module] = tree
-        try:
-            digest = node_digest(definition(tree, qualname))
-        except CodeUnavailable:
-            digest = ABSENT
-        _digests[key] = digest
-        return digest
+    `CodeUnavailable` when sglang is not installed or the source cannot be read
+    (`source_digests.InstalledDigests`, cached per process)."""
+    return _installed.digest(key)
 
 
 def key_problem(key: str) -> str | None:
@@ -145,5 +114,4 @@ def reset() -> None:
     global _current
     with _lock:
         _current = None
-        _trees.clear()
-        _digests.clear()
+    _installed.clear()

@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from prenoise.integrations.sglang import harness, plugin, support
+from prenoise.integrations.sglang import harness, live, plugin, support
 from prenoise.integrations.sglang.h3_rollout import expected_draws
 from prenoise.verify.bits import same_bits, tensor_sha256
 
@@ -232,8 +232,8 @@ def prepared_problems(request: VerifyRequest, off: Arm, on: Arm) -> list[str]:
 
 
 def _rollout_problems(request: VerifyRequest, on: Arm) -> list[str]:
-    """The loop's contract (`h3_rollout`): every draw answered, each after the first served by
-    the look-ahead (the first is drawn in place: nothing runs ahead of the loop's start)."""
+    """The loop's contract (`h3_rollout`): every draw answered and served by the look-ahead,
+    the first one too (prepared when the loop opens, from the seeded generator's state)."""
     expected = on.expected_rollout_draws
     if expected is None:
         return ["rollout noise: the number of draws could not be told"]
@@ -247,11 +247,9 @@ def _rollout_problems(request: VerifyRequest, on: Arm) -> list[str]:
     problems = []
     if loop.drawn != expected:
         problems.append(f"rollout noise: {loop.drawn} of {expected} draws answered by the loop")
-    if loop.served != expected - 1 or loop.left is not None:
-        why = f" ({loop.left})" if loop.left else ""
-        problems.append(
-            f"rollout noise: {loop.served} of the {expected - 1} draws after the first served{why}"
-        )
+    if loop.served != expected or not loop.first_ahead or loop.left is not None:
+        why = f" ({loop.left or loop.first_prepared or 'the first draw was not served'})"
+        problems.append(f"rollout noise: {loop.served} of the {expected} draws served{why}")
     return problems
 
 
@@ -297,7 +295,8 @@ def _condition_rows() -> Iterator[list[torch.Tensor]]:
 
     setattr(module, _CONDITION_NOISE, spy)
     try:
-        yield returned
+        with live.observing(spy, hooked):  # prenoise's own observer: still the reviewed code
+            yield returned
     finally:
         setattr(module, _CONDITION_NOISE, hooked)
 

@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from prenoise.guards.live_code import observing
 from prenoise.integrations.vllm_omni import plugin
 from prenoise.integrations.vllm_omni.comparable import ComparableCopy
 from prenoise.integrations.vllm_omni.request import DrawRecord, current_request, record_name
@@ -323,9 +324,12 @@ def _upstream_condition_draw(
 
 @contextlib.contextmanager
 def _patched(owner: Any, name: str, value: Any) -> Iterator[None]:
+    """`owner.name` set to the probe `value`, which calls what was there (`live_code.observing`:
+    the live check looks through it)."""
     previous = owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)
     setattr(owner, name, value)
     try:
-        yield
+        with observing(value, previous):
+            yield
     finally:
         setattr(owner, name, previous)

@@ -22,15 +22,12 @@ from __future__ import annotations
 import ast
 import hashlib
 import threading
-import tokenize
 from collections.abc import Iterable
-from pathlib import Path
 
 from prenoise.guards.source_digests import (
     CodeUnavailable,
+    InstalledDigests,
     code_digest,
-    definition,
-    installed_source_file,
     node_digest,
 )
 from prenoise.integrations.vllm_omni.reviewed import (
@@ -55,65 +52,25 @@ __all__ = [
 ]
 
 _lock = threading.Lock()
-_trees: dict[str, ast.Module | None] = {}
-_digests: dict[str, str] = {}
+_installed = InstalledDigests()
+_digests = _installed.cache  # key -> installed digest (the shared cache's own dict)
 _problems: dict[str, str | None] = {}
-
-
-class _ModuleMissing(CodeUnavailable):
-    """The package is installed but has no such module (a release before the module existed)."""
 
 
 def reset() -> None:
     """Forget every computed digest and verdict (tests that swap vLLM-Omni's files)."""
+    _installed.clear()
     with _lock:
-        _trees.clear()
-        _digests.clear()
         _problems.clear()
         _draw_sites.clear()
-
-
-def _source_file(module: str) -> Path:
-    """`module`'s source file (`installed_source_file`; a missing module is `_ModuleMissing`)."""
-    path = installed_source_file(module)
-    if path is None:
-        raise _ModuleMissing(f"module {module} is not installed")
-    return path
-
-
-def _tree(module: str) -> ast.Module:
-    if module not in _trees:
-        path = _source_file(module)
-        try:
-            with tokenize.open(path) as file:
-                source = file.read()
-        except OSError as error:
-            raise CodeUnavailable(f"the source of {module} cannot be read: {error}") from None
-        _trees[module] = ast.parse(source, str(path))
-    tree = _trees[module]
-    assert tree is not None
-    return tree
 
 
 def installed_digest(key: str) -> str:
     """The digest of the installed `module:qualname`; `ABSENT` where its module does not define
     it or the installed package has no such module. `CodeUnavailable` when the package is not
-    installed or the module's source cannot be read."""
-    with _lock:
-        digest = _digests.get(key)
-        if digest is None:
-            module, _, qualname = key.partition(":")
-            try:
-                tree = _tree(module)
-            except _ModuleMissing:
-                _digests[key] = ABSENT
-                return ABSENT
-            try:
-                digest = node_digest(definition(tree, qualname))
-            except CodeUnavailable:
-                digest = ABSENT
-            _digests[key] = digest
-    return digest
+    installed or the module's source cannot be read (`source_digests.InstalledDigests`, cached
+    per process)."""
+    return _installed.digest(key)
 
 
 def _describe(key: str, problem: str) -> str:
@@ -203,7 +160,7 @@ def draw_sites(module: str) -> tuple[tuple[str, str], ...]:
                         digest = node_digest(child)
                         sites.append((f"{prefix}{child.name}", digest))
 
-            visit(_tree(module), "")
+            visit(_installed.tree(module), "")
             found = _draw_sites[module] = tuple(sorted(sites))
     return found
 

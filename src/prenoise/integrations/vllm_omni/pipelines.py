@@ -40,7 +40,7 @@ from typing import Any
 
 import torch
 
-from prenoise.integrations.vllm_omni import digests, support, wan_ahead
+from prenoise.integrations.vllm_omni import digests, live, support, wan_ahead
 from prenoise.integrations.vllm_omni.import_hooks import AfterImport
 from prenoise.integrations.vllm_omni.pipeline_targets import (
     AHEAD,
@@ -308,6 +308,9 @@ def _make_hook(target: StreamTarget, upstream: Callable[..., Any]) -> Callable[.
     return draw
 
 
+live.own_wrappers(_make_hook, ("guard", "entry", "draw"), "upstream")  # looked through
+
+
 def _original(module: str, name: str) -> Callable[..., Any] | None:
     """Upstream's function behind prenoise's hook of `module.name`, if hooked."""
     with _lock:
@@ -355,7 +358,13 @@ def _ahead_runs(target: StreamTarget) -> bool:
     not, upstream's forward draws (in the stream); `plugin.register` said so once."""
     with _lock:
         uncovered = target.pipeline in _uncovered
-    return support.current().wan_ahead and not uncovered
+    if not support.current().wan_ahead or uncovered:
+        return False
+    problem = live.problem(support.WAN_AHEAD_PATH)  # the code as it runs now (`live`)
+    if problem is not None:
+        _say_once(f"live:{problem}", f"prenoise: vllm-omni: {support.WAN_AHEAD_PATH}: "
+                  f"upstream's code runs untouched: {problem}")  # fmt: skip
+    return problem is None
 
 
 def _draw(

@@ -37,6 +37,7 @@ request to upstream's, or refuses it in a named stream.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib.metadata
 import logging
@@ -49,7 +50,7 @@ from typing import Any
 import torch
 
 from prenoise.guards.env import EnvVarError, check_environment
-from prenoise.integrations.vllm_omni import support
+from prenoise.integrations.vllm_omni import live, support
 from prenoise.integrations.vllm_omni.logs import route_to_vllm_logging
 from prenoise.integrations.vllm_omni.pipelines import install_stream_hooks, uninstall_stream_hooks
 from prenoise.integrations.vllm_omni.request import (
@@ -259,6 +260,9 @@ def _wrap(upstream_fn: Callable[..., Any], wrapper: Callable[..., Any]) -> Calla
     return installed
 
 
+live.own_wrappers(_wrap, ("installed",), "upstream_fn")  # the live check looks through them
+
+
 # -- the wrappers -------------------------------------------------------------------------------
 
 
@@ -275,6 +279,20 @@ def _forward(upstream_fn: Callable[..., Any], self: Any, request: Any) -> Any:
                 f"({code.problems[support.H3_STREAMS_PATH]}); use the native stream"
             )
         return upstream_fn(self, request)
+    # The code as it runs now (`live`): a runtime patch, a swapped `__code__`, another wrapper
+    # or a replaced `torch.randn` is upstream's code untouched (refused in a named stream).
+    streams_problem = _live_problem(support.H3_STREAMS_PATH)
+    if streams_problem is not None:
+        if settings.noise_stream != NATIVE:
+            raise NoiseStreamError(
+                f"prenoise: {NOISE_STREAM_ENV}={settings.noise_stream}: MiniMax-H3's noise cannot "
+                f"all be drawn in that stream ({streams_problem}); use the native stream"
+            )
+        return upstream_fn(self, request)
+    ahead_problem = _live_problem(support.H3_AHEAD_PATH) if code.h3_ahead else None
+    if ahead_problem is not None:  # nothing prepared ahead for this request
+        problems = {**code.problems, support.H3_AHEAD_PATH: ahead_problem}
+        code = dataclasses.replace(code, problems=problems)
     # A named stream this process refuses fails the request before anything is drawn: never
     # silently native (a refused stream fails every request alike, so this precedes upstream's
     # own validation).
@@ -284,6 +302,21 @@ def _forward(upstream_fn: Callable[..., Any], self: Any, request: Any) -> Any:
         return upstream_fn(self, request)  # (its draws still go through the serial wrappers)
     with RequestPreparation(self, sampling, settings, request_id=request_id, code=code):
         return upstream_fn(self, request)
+
+
+def _live_problem(path: str) -> str | None:
+    """`live.problem(path)`, said once per process and problem (a WARNING line)."""
+    problem = live.problem(path)
+    if problem is not None:
+        _say_once(f"live:{problem}", f"prenoise: vllm-omni {_vllm_omni_version()}: {path}: "
+                  f"upstream's code runs untouched: {problem}")  # fmt: skip
+    return problem
+
+
+def _serves() -> bool:
+    """Whether prepared noise may be handed over now: the prepared-ahead path's code, as it
+    runs at this hand-over, is the reviewed code (`live`)."""
+    return live.problem(support.H3_AHEAD_PATH) is None
 
 
 def _attribute(request: Any, name: str) -> Any:
@@ -333,7 +366,7 @@ def _initial_noise(
     audio_t: int,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     state = current_request()
-    if state is not None and state.pipeline is self:
+    if state is not None and state.pipeline is self and _serves():
         key = InitialNoiseKey(int(seed), int(latent_t), int(latent_h), int(latent_w), int(audio_t))
         prepared = state.take_initial_noise(key)
         if prepared is not None:
@@ -375,7 +408,7 @@ def _condition_noise_rows(
         # part is to prepare the next output now, as this one starts denoising
         state.upstream_took_condition_noise(key)
         return serial()
-    noise = state.take_condition_noise(key)
+    noise = state.take_condition_noise(key) if _serves() else None
     if noise is None:
         return serial()
     return serve_condition_rows(upstream_fn, clean_rows, noise, key, kwargs)

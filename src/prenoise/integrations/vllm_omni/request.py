@@ -371,6 +371,8 @@ class RequestPreparation:
     def _ineligible(self, prepared: Any) -> str | None:
         if not self.code.h3_ahead:
             problem = self.code.problems[support.H3_AHEAD_PATH]
+            if problem.startswith("the code that runs"):  # `live`: said as it is
+                return problem
             return f"this vllm-omni's {problem.split(' (', 1)[0]} is not the reviewed code"
         task = getattr(prepared.media, "task", None)
         if task not in PREPARED_TASKS:

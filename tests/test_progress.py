@@ -118,8 +118,10 @@ def test_doctor_says_each_part_it_checks(capsys: pytest.CaptureFixture[str]) -> 
         "the noise streams' self-checks",
         "diffusers: the source digests of the code each plan relies on",
         "vLLM-Omni: the source digests of the code each path relies on",
+        "SGLang: the source digests of the code each path relies on",
     ]
     assert PLAIN_PREFIX not in captured.out and "noise backend" in captured.out
+    assert "SGLang plugin" in captured.out
 
 
 def test_stream_digest_shows_tenths_of_a_large_count(

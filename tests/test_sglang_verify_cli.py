@@ -49,3 +49,15 @@ def test_the_console_script_says_so_too() -> None:
     assert done.returncode == 2, done
     assert done.stdout.count("\n") == 1 and "prenoise[sglang]" in done.stdout
     assert done.stderr == ""
+
+
+@pytest.mark.skipif(importlib.util.find_spec("sglang") is not None, reason="sglang installed")
+def test_doctor_says_the_sglang_plugin_is_inactive_without_sglang() -> None:
+    """Where sglang is not installed (this venv), doctor's SGLang rows say so and list no path."""
+    from prenoise.integrations.sglang import status
+
+    found = status.sglang_status({})
+    assert found.sglang_version is None
+    assert found.verdict == "inactive: sglang is not installed here"
+    assert [name for name, _ in found.rows()][:2] == ["SGLang plugin", "sglang"]
+    assert not any(name == "sglang-verify" for name, _ in found.rows())

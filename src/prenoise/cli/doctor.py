@@ -15,7 +15,8 @@ __all__ = ["doctor_table"]
 
 
 def doctor_table(progress: CommandProgress | None = None) -> Table:
-    """The doctor's report: noise backend, torch, noise streams, diffusers, the vLLM-Omni plugin.
+    """The doctor's report: noise backend, torch, noise streams, diffusers, the vLLM-Omni and
+    SGLang plugins.
 
     `progress` (the command's): one stage per part, so that a slow part (diffusers' source
     digests, several seconds in a vLLM-Omni environment) shows where the command is."""
@@ -53,6 +54,8 @@ def doctor_table(progress: CommandProgress | None = None) -> Table:
     _diffusers_rows(table)
     stage("vLLM-Omni: the source digests of the code each path relies on")
     _vllm_omni_rows(table)
+    stage("SGLang: the source digests of the code each path relies on")
+    _sglang_rows(table)
     return table
 
 
@@ -84,4 +87,13 @@ def _vllm_omni_rows(table: Table) -> None:
     from prenoise.integrations.vllm_omni.status import plugin_status
 
     for name, value in plugin_status().rows():
+        table.add_row(cell(name), cell(value))
+
+
+def _sglang_rows(table: Table) -> None:
+    """The SGLang plugin as the next SGLang diffusion process here would load it (metadata and
+    source files only)."""
+    from prenoise.integrations.sglang.status import sglang_status
+
+    for name, value in sglang_status().rows():
         table.add_row(cell(name), cell(value))

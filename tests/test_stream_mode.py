@@ -47,6 +47,10 @@ CASES: dict[str, str] = {
     "normal_": "torch.empty(100).normal_(generator=g)",
     "normal_view": "torch.empty(30, 8)[:, :5].normal_(generator=g)",
     "default_generator": "(torch.manual_seed(3), torch.randn(48))[1]",
+    # generator=None (a VAE posterior's `torch.randn(mean.shape, generator=None)`): the default
+    # generator left where torch leaves it
+    "default_generator_state": "(torch.manual_seed(42), torch.randn(torch.Size([1, 24, 1, 4, 6]),"
+    " generator=None), torch.default_generator.get_state())[2]",
     "then_uniform": "(torch.randn(20, generator=g), torch.rand(20, generator=g))[1]",
 }
 

@@ -23,6 +23,7 @@ from prenoise.integrations.sglang import (
     h3_conditions,
     h3_initial,
     h3_rollout,
+    harness,
     plugin,
     reviewed,
     support,
@@ -306,3 +307,92 @@ def test_a_stream_on_changed_code_fails_requests(
     finally:
         monkeypatch.undo()
         support.reset()
+
+
+class PosteriorVAE(harness.FakeVideoVAE):
+    """The fake VAE's latents as a posterior's mean, sampled by upstream's own
+    `DiagonalGaussianDistribution.sample` (`torch.randn(mean.shape, generator=None)` on the
+    CPU, then `noise * std + mean`) as the H3 VAE's encode does; each sample recorded."""
+
+    samples: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]  # (mean, std, sample)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.samples = []
+
+    def _sample(self, latent: torch.Tensor) -> list[torch.Tensor]:
+        klvae = __import__(_KLVAE, fromlist=["x"])
+        dist = klvae.DiagonalGaussianDistribution(torch.cat([latent, latent * 0.3 - 1.0], dim=1))
+        z = dist.sample()
+        self.samples.append((dist.mean.clone(), dist.std.clone(), z.clone()))
+        return [z]
+
+    def encode_images(self, image: Any, use_fp16_latent: bool = True) -> list[torch.Tensor]:
+        return self._sample(super().encode_images(image, use_fp16_latent)[0])
+
+    def encode_videos(self, frames: Any, use_fp16_latent: bool = True) -> list[torch.Tensor]:
+        return self._sample(super().encode_videos(frames, use_fp16_latent)[0])
+
+
+_KLVAE = "sglang.multimodal_gen.runtime.models.vaes.minimax_h3_video_vae.klvae"
+
+
+def posterior_arm(
+    h3: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Any, enabled: str, stream: str
+) -> tuple[dict[str, Any], list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]], torch.Tensor]:
+    """A ref2va request (an image and a video reference) through upstream's real visual
+    encoding with `PosteriorVAE`: its fields, the posterior samples, the global RNG after."""
+    import subprocess
+
+    files = synthetic_images(tmp_path)
+    video = tmp_path / "ref.mp4"
+    if not video.exists():
+        subprocess.run(
+            ["ffmpeg", "-v", "error", "-y", "-f", "lavfi", "-i",
+             "testsrc=size=128x72:rate=24", "-t", "6", "-pix_fmt", "yuv420p", str(video)],
+            check=True,
+        )  # fmt: skip
+    conditions = [
+        {"type": "image", "uri": files["ref_wide"], "role": "reference"},
+        {"type": "video", "uri": str(video), "role": "reference"},
+    ]
+    vaes: list[PosteriorVAE] = []
+
+    def vae() -> PosteriorVAE:
+        vaes.append(PosteriorVAE())
+        return vaes[-1]
+
+    torch.manual_seed(1234)  # the global RNG the request starts from (every arm)
+    with monkeypatch.context() as patch:
+        patch.setenv(plugin.ENABLE_ENV, enabled)
+        patch.setenv(NOISE_STREAM_ENV, stream)
+        patch.setattr(harness, "FakeVideoVAE", vae)
+        request = make_request(h3, 9, 64, 4.0, task="ref2va", conditions=conditions)
+        fields = run(h3, request, before_latents=encode_visual(h3, {}))
+    fields.pop("served_ptrs")
+    after = torch.get_rng_state()
+    samples = [s for v in vaes for s in v.samples]
+    assert len(samples) == 2  # the image's and the video's posterior
+    return fields, samples, after
+
+
+def test_vae_posterior_samples_in_the_stream(
+    h3: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """The reference image's and video's VAE posterior samples (upstream's visual encoding,
+    upstream's `DiagonalGaussianDistribution.sample` inside upstream's seed-42 `fork_rng`):
+    `native` is the plugin off bit for bit; `libm` is prenoise's libm draw of seed 42 for that
+    shape (and differs from native), the global RNG after it exactly the plugin off's; `x86`
+    on an x86 host is native's bits."""
+    off, off_samples, off_rng = posterior_arm(h3, monkeypatch, tmp_path, "0", "native")
+    for stream in ("native", "x86", "libm"):
+        fields, samples, rng = posterior_arm(h3, monkeypatch, tmp_path, "1", stream)
+        assert torch.equal(rng, off_rng), stream  # fork_rng restored it, as upstream
+        for (mean, std, z), (_m, _s, native) in zip(samples, off_samples, strict=True):
+            if stream != "native":  # prenoise's draw of seed 42, then upstream's arithmetic
+                seed_42 = torch.Generator().manual_seed(42)
+                drawn = noise_streams.fill_(torch.empty(mean.shape), seed_42, stream)
+                assert torch.equal(z, drawn.mul_(std).add_(mean)), stream
+            same = stream == "native" or noise_streams.local_torch_stream() == stream
+            assert torch.equal(z, native) is same, stream
+        assert (differing(off, fields) == []) is (stream != "libm"), stream

@@ -224,8 +224,11 @@ def test_a_refused_stream_fails_the_request_before_anything_is_drawn(
 
 
 def test_verify_cli_noise_stream(tmp_path: Path, image_ref: Path) -> None:
+    """A Ref2VA request in libm on every release: on 0.32.0rc1 upstream draws its first output
+    ahead itself, and prenoise's work proven is drawing all of upstream's serial draws in the
+    stream (verified, not 'prenoise drew nothing')."""
     out = tmp_path / "verify.json"
-    argv = ["vllm-omni-verify", "--steps", "1", "--reference", str(image_ref)]
+    argv = ["vllm-omni-verify", "--kind", "ref2va", "--steps", "1", "--reference", str(image_ref)]
     assert main([*argv, "--outputs", "2", "--noise-stream", "libm", "--json", str(out)]) == 0
     report = json.loads(out.read_text())
     assert report["verified"] is True and report["noise_stream"] == "libm"

@@ -89,6 +89,14 @@ _ROLLOUT_UPDATE = (
     "sglang.multimodal_gen.runtime.pipelines_core.stages.model_specific_stages.minimax_h3."
     "minimax_h3_rollout.minimax_h3_rollout_update_video_target"
 )
+_KEYFRAME_ENCODE = (
+    "sglang.multimodal_gen.runtime.pipelines_core.stages.model_specific_stages.minimax_h3."
+    "keyframe_encoding.minimax_h3_encode_keyframe_cond_rows"
+)
+_REFERENCE_VIDEO_ENCODE = (
+    "sglang.multimodal_gen.runtime.pipelines_core.stages.model_specific_stages.minimax_h3."
+    "reference_encoding.minimax_h3_encode_reference_video_rows"
+)
 _H3_PIPELINE_MODULE = "sglang.multimodal_gen.runtime.pipelines.minimax_h3_pipeline"
 _STREAM_PATHS = (
     support.H3_INITIAL_PATH,
@@ -295,9 +303,32 @@ def around_rollout_update(original: Callable[..., Any], *args: Any, **kwargs: An
 def around_audio_cond_noise(original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """AROUND `condition_noise.minimax_h3_audio_cond_noise_aug_rows(...)`: upstream's function,
     its draws in the named noise stream (`native`: a plain call)."""
-    if not _active(support.H3_STREAMS_PATH):
+    return _drawn_in_stream(original, *args, **kwargs)
+
+
+def around_posterior_encode(original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """AROUND `keyframe_encoding.minimax_h3_encode_keyframe_cond_rows(...)` (keyframes and
+    reference images) and `reference_encoding.minimax_h3_encode_reference_video_rows(...)`:
+    upstream's encode, its VAE posterior sample (`torch.randn(mean.shape, generator=None)` on
+    the default CPU generator, seeded 42 inside upstream's `fork_rng`) drawn in the named noise
+    stream (`native`: a plain call)."""
+    return _drawn_in_stream(original, *args, **kwargs)
+
+
+def _drawn_in_stream(original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """`original(*args, **kwargs)` with its normal draws in this thread's stream: a plain call
+    in `native` (or with the plugin off); in a named stream on code the streams path does not
+    run (changed or not the live reviewed code), `NoiseStreamError` — never a native draw."""
+    stream = _stream()
+    if stream == NATIVE:
         return original(*args, **kwargs)
-    return h3_streams.run_in_stream(_stream(), original, *args, **kwargs)
+    if not _active(support.H3_STREAMS_PATH):
+        _refuse_stream_here(stream)
+        raise NoiseStreamError(
+            f"prenoise: {h3_streams.NOISE_STREAM_ENV}={stream}: the named noise streams' path "
+            "does not run here; use the native stream"
+        )
+    return h3_streams.run_in_stream(stream, original, *args, **kwargs)
 
 
 HOOKS: tuple[tuple[str, Callable[..., Any]], ...] = (
@@ -320,6 +351,8 @@ ROLLOUT_HOOKS: tuple[tuple[str, Callable[..., Any]], ...] = (
 
 STREAM_HOOKS: tuple[tuple[str, Callable[..., Any]], ...] = (
     (_AUDIO_CONDITION_NOISE, around_audio_cond_noise),
+    (_KEYFRAME_ENCODE, around_posterior_encode),
+    (_REFERENCE_VIDEO_ENCODE, around_posterior_encode),
 )
 """Registered in addition for the named noise streams (a plain call in `native`)."""
 

@@ -56,7 +56,16 @@ Rollout noise (`h3_rollout`; on top of the initial path's keys):
 - `CpuPlatform.get_local_torch_device`: the CPU platform's loop device (a CPU generator).
 
 Named noise streams (every key above, plus): `minimax_h3_audio_cond_noise_aug_rows`, wrapped to
-draw in the stream (fresh CPU generators seeded `seed + 1`, only below a level of 1.0).
+draw in the stream (fresh CPU generators seeded `seed + 1`, only below a level of 1.0);
+`minimax_h3_encode_keyframe_cond_rows` (keyframes and reference images) and
+`minimax_h3_encode_reference_video_rows`, wrapped to draw in the stream: each samples the VAE
+posterior inside `minimax_h3_scoped_encode_rng` (`fork_rng`, the default CPU generator seeded
+42, restored after), the draw being `DiagonalGaussianDistribution.sample`'s
+`torch.randn(mean.shape, generator=None)` on the CPU, then moved to the VAE's device. Those two
+are not listed (each is a wrapper at run time, a context manager and a `torch.compiler.disable`
+function, which the live check cannot verify) and need not be: the stream's mode serves
+whatever normal draw the encode makes from whatever generator state it finds, bit for bit and
+consuming as torch does, and a draw it cannot serve raises.
 
 Noise records' `group` (`h3_record`, only while `PRENOISE_NOISE_RECORD` is set; its own path:
 off, records carry no group): `get_replica_group` (the ranks that share a request batch: every
@@ -145,6 +154,9 @@ _ROLLOUT: dict[str, dict[str, tuple[str, ...]]] = {
 REVIEWED.update(_ROLLOUT)
 _STREAMS: dict[str, dict[str, tuple[str, ...]]] = {
     _H3 + "condition_noise:minimax_h3_audio_cond_noise_aug_rows": {"3d8241e9a996": _V0523},
+    # the VAE posterior samples of keyframes / reference images and reference videos
+    _H3 + "keyframe_encoding:minimax_h3_encode_keyframe_cond_rows": {"68b4c7d85f75": _V0523},
+    _H3 + "reference_encoding:minimax_h3_encode_reference_video_rows": {"499548b5911d": _V0523},
 }
 REVIEWED.update(_STREAMS)
 # The noise records' `group` (`h3_record.replica_group`; read only while recording).

@@ -10,6 +10,9 @@
   draw runs inside a `StreamDrawMode` (`run_in_stream`);
 - the audio-condition noise (drawn by upstream only below an `audio_cond_noise_aug` of 1.0):
   upstream's function in the stream;
+- the VAE posterior samples of keyframes, reference images and reference videos: upstream's
+  encode functions in the stream (the default CPU generator upstream seeds to 42 inside its
+  `fork_rng`, consumed as torch consumes it; the global RNG restored by upstream as ever);
 - the rollout per-step noise (`h3_rollout`), including a rollout whose generator is on a device
   (CUDA): its noise then comes from a CPU generator seeded with the device generator's
   `initial_seed()`, one continuing stream copied to the device once per step.

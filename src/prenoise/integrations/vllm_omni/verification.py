@@ -31,8 +31,9 @@ worker thread and taken by the pipeline; otherwise `not_prepared_reasons` says w
 disabled, a MiniMax-H3 path off on this vllm-omni's changed code, naming the function, request
 not eligible, a prediction mismatch, a draw not made ahead) — and, under a named stream, every
 draw it made serially must have been drawn in that stream (counted by `streams.run_serial`).
-`vllm-omni-verify` also requires prenoise itself to have drawn something (`prenoise_required`):
-a request whose noise upstream drew all ahead proves nothing of prenoise.
+`vllm-omni-verify` also requires prenoise itself to have drawn something (`prenoise_required`:
+a noise tensor prepared and handed over, or under a named stream upstream's serial draws drawn in
+the stream): a request whose noise upstream drew all ahead, natively, proves nothing of prenoise.
 """
 
 from __future__ import annotations
@@ -224,9 +225,15 @@ class VerifyResult:
         if self.upstream_overlap:
             return _upstream_not_ahead(self.off, self.on)
         reasons = _not_prepared_reasons(self.on)
-        if self.prenoise_required and not reasons and not any(r.used for r in self.on.records):
+        if self.prenoise_required and not reasons and not self._prenoise_drew():
             reasons.append(NOTHING_OF_PRENOISE)
         return reasons
+
+    def _prenoise_drew(self) -> bool:
+        """prenoise handed over a noise tensor it prepared, or (under a named stream) drew
+        upstream's own serial draws in the stream — both are prenoise's work a run proves."""
+        streamed = self.on.noise_stream != NATIVE and self.on.serial_streamed > 0
+        return streamed or any(r.used for r in self.on.records)
 
     @property
     def prepared(self) -> bool:

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import torch
-from _h3_harness import FakeH3DiT, fingerprint, tensors
+from _h3_harness import FakeH3DiT, fingerprint, make_request, tensors
 
 from prenoise.integrations.sglang import plugin
 from prenoise.preparation import lookahead
@@ -36,30 +36,17 @@ def rollout_request(
     duration: float = 4.0,
 ) -> Any:
     """A t2va rollout request as a worker receives it (pre-queue plan shipped)."""
-    params = h3.SamplingParams(
-        prompt="a cat",
-        task="t2va",
-        seed=seed,
-        target={"short_edge": short_edge, "aspect_ratio": "16:9", "duration_seconds": duration},
-        num_inference_steps=steps,
+    return make_request(
+        h3,
+        seed,
+        short_edge,
+        duration,
+        steps=steps,
         rollout=True,
         rollout_sde_type=sde_type,
         rollout_noise_level=noise_level,
         rollout_sde_step_indices=sde_steps,
     )
-    req = h3.Req(sampling_params=params)
-    params.apply_request_extra(req)
-    h3.prepare_for_queue(req)
-    req.generator = [torch.Generator("cpu").manual_seed(seed)]
-    req.prompt_embeds = [torch.zeros(1, 4, 8)]
-    req.extra["minimax_h3_text_embeddings"] = {
-        "positive": {
-            "hidden_states": torch.zeros(5, 5120, dtype=torch.bfloat16),
-            "text_len": 5,
-            "text_token_tags": torch.ones(5),
-        }
-    }
-    return req
 
 
 @contextlib.contextmanager

@@ -20,7 +20,6 @@ explicit examples keep the `max` resize mode and a video reference first always 
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
 from collections.abc import Iterator
 from types import SimpleNamespace
@@ -41,7 +40,8 @@ from _h3_harness import (
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
-from prenoise.integrations.sglang import live, plugin
+from prenoise.integrations.sglang import live
+from prenoise.integrations.sglang.verification import plugin_setting
 
 _COND_NOISE = (
     "sglang.multimodal_gen.runtime.pipelines_core.stages.model_specific_stages.minimax_h3."
@@ -126,19 +126,6 @@ def _conditions(spec: dict[str, Any], files: SimpleNamespace) -> list[dict[str, 
             conditions.insert(spec["video_at"], video)
         return conditions
     return None
-
-
-@contextlib.contextmanager
-def plugin_setting(value: str) -> Iterator[None]:
-    previous = os.environ.get(plugin.ENABLE_ENV)
-    os.environ[plugin.ENABLE_ENV] = value
-    try:
-        yield
-    finally:
-        if previous is None:
-            os.environ.pop(plugin.ENABLE_ENV, None)
-        else:
-            os.environ[plugin.ENABLE_ENV] = previous
 
 
 @contextlib.contextmanager

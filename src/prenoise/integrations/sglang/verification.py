@@ -43,6 +43,7 @@ __all__ = [
     "VerifyRequest",
     "VerifyResult",
     "compare_fields",
+    "plugin_setting",
     "prepared_problems",
     "verify_request",
 ]
@@ -269,7 +270,8 @@ def _prepared(request: VerifyRequest, on: Arm) -> dict[str, object]:
 
 
 @contextlib.contextmanager
-def _plugin_setting(value: str) -> Iterator[None]:
+def plugin_setting(value: str) -> Iterator[None]:
+    """`PRENOISE_SGLANG=value` while the block runs (read per call by the plugin's hooks)."""
     previous = os.environ.get(plugin.ENABLE_ENV)
     os.environ[plugin.ENABLE_ENV] = value
     try:
@@ -343,7 +345,7 @@ def _arm(
 
     began = time.perf_counter()
     with (
-        _plugin_setting(setting),
+        plugin_setting(setting),
         harness.recorded_draws() as draws,
         harness.recorded_serves() as serves,
         harness.recorded_loops() as loops,

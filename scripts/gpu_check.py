@@ -12,6 +12,9 @@ its own time limit, logged to OUTDIR/logs/, and the next one run whatever the la
 2. kernel: does the installed copy import its C kernel, and which backend is active.
 3. mix: scripts/gpu_mix_check.py, the exact mix on the GPU against the CPU reference, float32,
    float16 and bfloat16 (eager required; the torch.compile variant only reported).
+3b. rollout-stream: scripts/gpu_rollout_stream_check.py, SGLang rollout noise of a CUDA generator
+   in the named streams (drawn ahead on a CPU stand-in, copied to the GPU) against the streams'
+   CPU draws, the CUDA generator untouched; the native stream left to upstream (SGLang not needed).
 4. verify-demo, verify-seed: `prenoise verify --device cuda` on recipes/ref2va-demo.yaml and on
    the seed recipe recipes/ref2va-15s-1344x768.yaml.
 5. bench-seed: `prenoise bench --device cuda` on the seed recipe, 1 warm-up and 1 pair.
@@ -377,6 +380,17 @@ def judge_mix(ctx: Context, step: Step) -> tuple[str, str]:
     return verdict, f"{eager}; compiled (reported only): {compiled}"
 
 
+def judge_rollout_stream(ctx: Context, step: Step) -> tuple[str, str]:
+    report = _json(ctx, step)
+    loops = ", ".join(
+        f"{loop['stream']} {'equal' if loop['equal'] else 'DIFFERS'} "
+        f"(served {loop['served']}/{loop['steps']})"
+        for loop in report.get("loops", [])
+    )
+    verdict = PASS if step.rc == 0 and report.get("equal") else FAIL
+    return verdict, loops or "no loop ran (see the log)"
+
+
 def judge_verify(ctx: Context, step: Step) -> tuple[str, str]:
     report = _json(ctx, step)
     fields = report.get("fields", {})
@@ -424,6 +438,9 @@ def plan(ctx: Context) -> list[tuple[Step, Judge]]:
     mix = [py, str(REPO / "scripts" / "gpu_mix_check.py"), "--device", device]
     mix += ["--json", str(out / "mix.json")]
     mix += ["--numel", "50000", "--no-compile"] if ctx.tiny else []
+    rollout = [py, str(REPO / "scripts" / "gpu_rollout_stream_check.py"), "--device", device]
+    rollout += ["--json", str(out / "rollout-stream.json")]
+    rollout += ["--rows", "1008"] if ctx.tiny else []
 
     def prenoise(command: str, recipe: str, json_name: str, *extra: str) -> list[str]:
         return [py, "-m", "prenoise", command, "--recipe", str(REPO / recipe), "--device", device,
@@ -437,6 +454,8 @@ def plan(ctx: Context) -> list[tuple[Step, Judge]]:
               json="kernel.json"), judge_kernel),
         (Step("mix", f"exact mix on {device} vs the CPU reference", mix, 240, json="mix.json"),
          judge_mix),
+        (Step("rollout-stream", f"SGLang rollout noise of a {device} generator in the named "
+              "streams", rollout, 120, json="rollout-stream.json"), judge_rollout_stream),
         (Step("verify-demo", f"prenoise verify {DEMO_RECIPE}",
               prenoise("verify", DEMO_RECIPE, "verify-demo.json"), 180,
               json="verify-demo.json", skip_reason=no_extra), judge_verify),

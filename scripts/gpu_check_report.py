@@ -131,6 +131,30 @@ def mix_section(ctx: Context) -> list[str]:
     return lines
 
 
+def rollout_stream_section(ctx: Context) -> list[str]:
+    report = _load(ctx, "rollout-stream.json")
+    if not report:
+        return ["No rollout-stream result (see the steps table)."]
+    lines = [
+        f"A rollout loop's per-step noise with a `torch.Generator(device={report['device']!r})`, "
+        "through `prenoise.integrations.sglang.h3_rollout` (upstream's update stood in for by "
+        "its one `torch.randn` call): in `x86` / `libm`, drawn ahead on a CPU stand-in and "
+        "copied to the device, against the stream's CPU draws; `native`, upstream's draw "
+        "untouched.",
+        "",
+        "| stream | steps | rows | served | bitwise equal | failures |",
+        "| --- | ---: | ---: | ---: | --- | --- |",
+    ]
+    for loop in report.get("loops", []):
+        lines.append(
+            f"| {loop['stream']} | {loop['steps']} | {loop['rows']} | {loop['served']} | "
+            f"{'yes' if loop['equal'] else 'NO'} | {_cell('; '.join(loop['failures']))} |"
+        )
+    if report.get("error"):
+        lines += ["", f"Error: `{_cell(report['error'].strip().splitlines()[-1])}`"]
+    return lines
+
+
 def verify_section(ctx: Context, steps: list[Step]) -> list[str]:
     lines = [
         "| step | verdict | fields equal | global RNG | prepared noise used |",
@@ -256,6 +280,10 @@ def render_report(ctx: Context, steps: list[Step], state: str) -> str:
         "### Exact mix",
         "",
         *mix_section(ctx),
+        "",
+        "### Rollout noise of a device generator in the named streams",
+        "",
+        *rollout_stream_section(ctx),
         "",
         "### prenoise verify",
         "",

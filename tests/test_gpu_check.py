@@ -250,6 +250,7 @@ def test_every_step_runs_on_the_cpu_end_to_end(tmp_path: Path) -> None:
         "install",
         "kernel",
         "mix",
+        "rollout-stream",
         "verify-demo",
         "verify-seed",
         "bench-seed",
@@ -263,6 +264,11 @@ def test_every_step_runs_on_the_cpu_end_to_end(tmp_path: Path) -> None:
     kernel = json.loads((out / "kernel.json").read_text())
     assert kernel["extension_built"] and str(scratch_parent) in kernel["prenoise"]
     assert json.loads((out / "mix.json").read_text())["equal"] is True
+    rollout = json.loads((out / "rollout-stream.json").read_text())
+    assert [(r["stream"], r["served"], r["equal"]) for r in rollout["loops"]] == [
+        ("x86", 4, True),
+        ("libm", 4, True),
+    ]
     assert json.loads((out / "verify-demo.json").read_text())["equal"] is True
     assert not (out / "verify-seed.json").exists()
     assert "prep_window_s" in json.loads((out / "bench-seed.json").read_text())["serial"]

@@ -12,7 +12,6 @@ test_served_draws.py, at their roots.)
 from __future__ import annotations
 
 import functools
-import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -23,9 +22,8 @@ pytest.importorskip("diffusers")
 import torch
 from diffusers_tiny import assert_bitwise_equal, call_kwargs, generators, output_tensor
 
+from live_patches import offset_everywhere
 from prenoise.integrations.diffusers import overlapped_call_with_report
-
-TORCH_UTILS = "diffusers.utils.torch_utils"
 
 
 def _arms(pipe: Any, kwargs: dict[str, Any], seed: int = 3) -> tuple[Any, Any, Any]:
@@ -36,32 +34,12 @@ def _arms(pipe: Any, kwargs: dict[str, Any], seed: int = 3) -> tuple[Any, Any, A
     return plain, overlapped, report
 
 
-def _rebind(name: str, value: object) -> Iterator[None]:
-    """Set `randn_tensor` where diffusers defines it and in every loaded diffusers module that
-    bound it (an 'offset noise' patch done thoroughly)."""
-    touched = []
-    original = getattr(sys.modules[TORCH_UTILS], name)
-    for module_name, module in list(sys.modules.items()):
-        if module_name.startswith("diffusers") and getattr(module, name, None) is original:
-            touched.append(module)
-            setattr(module, name, value)
-    try:
-        yield
-    finally:
-        for module in touched:
-            setattr(module, name, original)
-
-
 @pytest.fixture
 def offset_noise(tiny: Any) -> Iterator[None]:
-    from diffusers.utils.torch_utils import randn_tensor
-
     tiny("wan21")  # its modules imported (and bound) before the patch, so the patch reaches them
-
-    def offset(*args: Any, **kwargs: Any) -> torch.Tensor:
-        return randn_tensor(*args, **kwargs) + 0.125
-
-    yield from _rebind("randn_tensor", offset)
+    # where diffusers defines it and in every loaded diffusers module that bound it
+    with offset_everywhere("diffusers", "diffusers.utils.torch_utils", "randn_tensor"):
+        yield
 
 
 def test_a_runtime_randn_tensor_patch_is_the_plain_call(tiny: Any, offset_noise: None) -> None:

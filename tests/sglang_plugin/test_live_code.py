@@ -9,9 +9,7 @@ nothing prepared, and one WARNING naming what differs (`plugin._active`, `live.p
 
 from __future__ import annotations
 
-import inspect
 import logging
-import sys
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -20,6 +18,7 @@ import pytest
 import torch
 from _h3_harness import make_request, recorded_draws, run, same
 
+from live_patches import offset_code, offset_everywhere
 from prenoise.guards import live_code
 from prenoise.integrations.sglang import live, plugin, support
 
@@ -51,32 +50,10 @@ def both_arms(
     return off, on, seen, lines
 
 
-def _rebind(name: str, value: object, original: object) -> Iterator[None]:
-    """Set `name` to `value` in every loaded sglang module that binds `original` (a patch done
-    thoroughly: where it is defined and wherever it was imported)."""
-    touched = [
-        m
-        for n, m in list(sys.modules.items())
-        if n.startswith("sglang") and getattr(m, name, None) is original
-    ]
-    assert touched
-    for module in touched:
-        setattr(module, name, value)
-    try:
-        yield
-    finally:
-        for module in touched:
-            setattr(module, name, original)
-
-
 @pytest.fixture
 def offset_patchify(h3: Any) -> Iterator[None]:
-    real = getattr(sys.modules[_PACKED], _PATCHIFY)
-
-    def offset(*args: Any, **kwargs: Any) -> torch.Tensor:
-        return real(*args, **kwargs) + 0.125
-
-    yield from _rebind(_PATCHIFY, offset, real)
+    with offset_everywhere("sglang", _PACKED, _PATCHIFY):
+        yield
 
 
 def test_a_runtime_patch_of_a_relied_on_function_is_the_plain_call(
@@ -96,18 +73,8 @@ def test_a_swapped_code_object_is_the_plain_call(
     h3: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The function object stays; its `__code__` is the same source with an offset added."""
-    module = sys.modules[_PACKED]
-    function = getattr(module, _PATCHIFY)
-    source = inspect.getsource(function).replace(".contiguous()", ".contiguous() + 0.125")
-    assert "+ 0.125" in source
-    space = dict(vars(module))
-    exec(compile(source, "<offset>", "exec"), space)
-    real = function.__code__
-    function.__code__ = space[_PATCHIFY].__code__
-    try:
+    with offset_code(_PACKED, _PATCHIFY, after=".contiguous()"):
         off, on, seen, lines = both_arms(h3, monkeypatch, caplog)
-    finally:
-        function.__code__ = real
     assert same(off, on) == [] and seen == []
     (line,) = lines
     assert _PATCHIFY in line and "runs other code than its installed source" in line

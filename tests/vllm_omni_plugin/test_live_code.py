@@ -10,9 +10,7 @@ naming what differs (`plugin._live_problem`, `live.problem`). A request through 
 
 from __future__ import annotations
 
-import inspect
 import logging
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +20,7 @@ import pytest
 import torch
 from release import PRENOISE_WORKER
 
+from live_patches import offset_code, offset_everywhere
 from prenoise.guards import live_code
 from prenoise.integrations.vllm_omni import live, plugin, support
 from prenoise.integrations.vllm_omni.verification import H3Request, VerifyResult, verify_request
@@ -65,33 +64,12 @@ def assert_plain(result: VerifyResult, lines: list[str], names: str) -> None:
     assert names in line and "upstream's code runs untouched" in line
 
 
-def _rebind(name: str, value: object, original: object) -> Iterator[None]:
-    """Set `name` to `value` in every loaded vllm_omni module that binds `original`."""
-    touched = [
-        m
-        for n, m in list(sys.modules.items())
-        if n.startswith("vllm_omni") and getattr(m, name, None) is original
-    ]
-    assert touched
-    for module in touched:
-        setattr(module, name, value)
-    try:
-        yield
-    finally:
-        for module in touched:
-            setattr(module, name, original)
-
-
 @pytest.fixture
 def offset_patchify() -> Iterator[None]:
     import vllm_omni.diffusion.models.minimax_h3.pipeline_minimax_h3  # noqa: F401 (binds it)
 
-    real = getattr(sys.modules[_PACKED], _PATCHIFY)
-
-    def offset(*args: Any, **kwargs: Any) -> torch.Tensor:
-        return real(*args, **kwargs) + 0.125
-
-    yield from _rebind(_PATCHIFY, offset, real)
+    with offset_everywhere("vllm_omni", _PACKED, _PATCHIFY):
+        yield
 
 
 def test_a_runtime_patch_of_a_relied_on_function_is_the_plain_call(
@@ -104,18 +82,8 @@ def test_a_runtime_patch_of_a_relied_on_function_is_the_plain_call(
 
 def test_a_swapped_code_object_is_the_plain_call(image_ref: Path, warnings_said: list[str]) -> None:
     """The function object stays; its `__code__` is the same source with an offset added."""
-    module = sys.modules[_PACKED]
-    function = getattr(module, _PATCHIFY)
-    source = inspect.getsource(function).replace(".contiguous()", ".contiguous() + 0.125")
-    assert "+ 0.125" in source
-    space = dict(vars(module))
-    exec(compile(source, "<offset>", "exec"), space)
-    real = function.__code__
-    function.__code__ = space[_PATCHIFY].__code__
-    try:
+    with offset_code(_PACKED, _PATCHIFY, after=".contiguous()"):
         result = verify_request(_request(image_ref))
-    finally:
-        function.__code__ = real
     assert_plain(result, warnings_said, _PATCHIFY)
 
 

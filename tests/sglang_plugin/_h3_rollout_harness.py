@@ -16,12 +16,8 @@ import torch
 from _h3_harness import FakeH3DiT, fingerprint, make_request, tensors
 
 from prenoise.integrations.sglang import plugin
+from prenoise.integrations.sglang.harness import rollout_contexts as rollout_contexts
 from prenoise.preparation import lookahead
-
-_ROLLOUT_MODULE = (
-    "sglang.multimodal_gen.runtime.pipelines_core.stages.model_specific_stages.minimax_h3."
-    "minimax_h3_rollout"
-)
 
 
 def rollout_request(
@@ -47,25 +43,6 @@ def rollout_request(
         rollout_noise_level=noise_level,
         rollout_sde_step_indices=sde_steps,
     )
-
-
-@contextlib.contextmanager
-def rollout_contexts(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Any]]:
-    """Every `MiniMaxH3RolloutCtx` upstream's `_run_full_loop` makes while the block runs."""
-    import importlib
-
-    module = importlib.import_module(_ROLLOUT_MODULE)
-    seen: list[Any] = []
-    base = module.MiniMaxH3RolloutCtx
-
-    class Recorded(base):  # type: ignore[misc, valid-type]
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, **kwargs)
-            seen.append(self)
-
-    with monkeypatch.context() as patch:
-        patch.setattr(module, "MiniMaxH3RolloutCtx", Recorded)
-        yield seen
 
 
 @contextlib.contextmanager
@@ -127,7 +104,7 @@ def run_rollout(
             fields[f"rollout{name}"] = fingerprint(t)
         return batch
 
-    with rollout_contexts(monkeypatch) as contexts:
+    with rollout_contexts() as contexts:
         pipeline = object.__new__(h3.Pipeline)
         plugin.around_forward(stages, pipeline, req, h3.SA)
     (ctx,) = contexts

@@ -106,7 +106,7 @@ def test_sde_nan_at_step_zero_is_upstreams_in_both_arms(
     arms = []
     for setting in ("0", "1"):
         monkeypatch.setenv(plugin.ENABLE_ENV, setting)
-        with rollout_contexts(monkeypatch) as contexts, pytest.raises(StageVerificationError):
+        with rollout_contexts() as contexts, pytest.raises(StageVerificationError):
             run_rollout(h3, rollout_request(h3, 3, steps=6, sde_type="sde"), monkeypatch)
         (ctx,) = contexts
         collector = ctx.collector

@@ -135,7 +135,7 @@ def device_rollout(
     h3: Any, monkeypatch: pytest.MonkeyPatch, stream: str, **request: Any
 ) -> dict[str, Any]:
     """A rollout whose generator is a `DeviceGenerator` seeded as upstream seeds its own."""
-    with rollout_contexts(monkeypatch) as contexts, monkeypatch.context() as patch:
+    with rollout_contexts() as contexts, monkeypatch.context() as patch:
         module = __import__(f"{_H3}.minimax_h3_rollout", fromlist=["x"])
         recorded = module.MiniMaxH3RolloutCtx
 

@@ -43,6 +43,7 @@ __all__ = [
     "recorded_draws",
     "recorded_loops",
     "recorded_serves",
+    "rollout_contexts",
     "run",
     "run_group",
     "same",
@@ -330,7 +331,7 @@ def _copy(t: torch.Tensor) -> torch.Tensor:
 
 
 @contextlib.contextmanager
-def _rollout_contexts() -> Iterator[list[Any]]:
+def rollout_contexts() -> Iterator[list[Any]]:
     """Every `MiniMaxH3RolloutCtx` upstream's `_run_full_loop` makes while the block runs."""
     module = importlib.import_module(f"{H3_MODULE}.minimax_h3_rollout")
     seen: list[Any] = []
@@ -391,7 +392,7 @@ def capture(h3: Any, req: Any, *, before_latents: Callable[[Any], None] | None =
                 fields[f"rollout{name}"] = _copy(t)
         return batch
 
-    with _rollout_contexts() as contexts:
+    with rollout_contexts() as contexts:
         pipeline = object.__new__(h3.Pipeline)  # a MiniMax-H3 pipeline (no weights)
         plugin.around_forward(stages, pipeline, req, h3.SA)
     for i, ctx in enumerate(contexts):

@@ -29,7 +29,7 @@ from _h3_harness import (
     same,
 )
 
-from prenoise.integrations.sglang import h3_conditions, live, plugin, reviewed, support
+from prenoise.integrations.sglang import h3_conditions, harness, live, plugin, reviewed, support
 
 _H3 = "sglang.multimodal_gen.runtime.pipelines_core.stages.model_specific_stages.minimax_h3"
 
@@ -39,19 +39,8 @@ def media(tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
     """Small real files upstream's pre-queue hook probes (PIL for images, ffprobe for video)."""
     import subprocess
 
-    from PIL import Image
-
     folder = tmp_path_factory.mktemp("h3_media")
-    files = {}
-    for name, size, colour in (
-        ("kf_first", (200, 112), (10, 200, 30)),
-        ("kf_last", (160, 96), (200, 20, 30)),
-        ("ref_wide", (300, 200), (20, 20, 230)),
-        ("ref_tall", (120, 160), (20, 120, 230)),
-    ):
-        path = folder / f"{name}.png"
-        Image.new("RGB", size, colour).save(path)
-        files[name] = str(path)
+    files = harness.synthetic_images(folder)  # the keyframes and references sglang-verify uses
     for name, seconds in (("video_long", 6), ("video_short", 1)):
         path = folder / f"{name}.mp4"
         subprocess.run(

@@ -13,6 +13,7 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
 import tomllib
 
 from source_tree import REPO, copy_package_source
@@ -29,6 +30,13 @@ def run(args: list[str]) -> subprocess.CompletedProcess[str]:
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A wheel of this tree, built once per test module (import the fixture to use it)."""
+    pytest.importorskip("setuptools")
+    return build_wheel(tmp_path_factory.mktemp("wheel"))
 
 
 def build_wheel(root: Path) -> Path:

@@ -13,13 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from install_dry_run import assert_readme_line_adds_prenoise_alone, build_wheel, wheel_requirements
-
-
-@pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    pytest.importorskip("setuptools")
-    return build_wheel(tmp_path_factory.mktemp("wheel"))
+from install_dry_run import assert_readme_line_adds_prenoise_alone, wheel, wheel_requirements
 
 
 @pytest.mark.slow
@@ -32,3 +26,6 @@ def test_the_extra_declares_nothing_of_the_serving_stack(wheel: Path) -> None:
     metadata, requires = wheel_requirements(wheel)
     assert "Provides-Extra: sglang" in metadata
     assert not [line for line in requires if "sglang" in line], requires
+
+
+__all__ = ["wheel"]  # the fixture, imported

@@ -13,13 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from install_dry_run import assert_readme_line_adds_prenoise_alone, build_wheel, wheel_requirements
-
-
-@pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    pytest.importorskip("setuptools")
-    return build_wheel(tmp_path_factory.mktemp("wheel"))
+from install_dry_run import assert_readme_line_adds_prenoise_alone, wheel, wheel_requirements
 
 
 @pytest.mark.slow
@@ -35,3 +29,6 @@ def test_the_extra_declares_nothing_of_the_serving_stack(wheel: Path) -> None:
     base = [line for line in requires if "extra ==" not in line]
     assert [line.split()[1] for line in base] == ["torch>=2.13", "numpy>=1.24", "pydantic>=2.6",
                                                   "pyyaml>=6", "rich>=13"]  # fmt: skip
+
+
+__all__ = ["wheel"]  # the fixture, imported

@@ -77,17 +77,21 @@ def run(
     text_dtype: torch.dtype,
     before_latents: Callable[[Any], None] | None = None,
     grouped: bool = False,
+    between: tuple[Any, ...] = (),
 ) -> dict[str, Any]:
     """`reqs` (one, or the outputs of one prompt run as a group) through the plugin's entry
-    hook, upstream's input validation, a stand-in text encoder (embeddings of `text_dtype`)
-    and upstream's latent stage; every compared field (name -> fingerprint)."""
+    hook, upstream's input validation, a stand-in text encoder (embeddings of `text_dtype`),
+    upstream's stages `between` (in the pipeline's stage list too) and upstream's latent
+    stage; every compared field (name -> fingerprint)."""
     fields: dict[str, Any] = {}
     pipeline = object.__new__(pipeline_cls)  # the pipeline class, no weights
-    pipeline._stages = [env.InputValidationStage(), latent_stage]
+    pipeline._stages = [env.InputValidationStage(), *between, latent_stage]
 
     def front(batch: Any) -> Any:
         batch = pipeline._stages[0](batch, sa)
         batch.prompt_embeds = [torch.zeros(1, 4, 8, dtype=text_dtype)]  # the text encoder
+        for stage in between:
+            batch = stage(batch, sa)
         if before_latents is not None:
             before_latents(batch)
         return batch
@@ -172,7 +176,11 @@ def load_env(h3: Any) -> SimpleNamespace:
     from sglang.multimodal_gen.configs.sample.sampling_params import SamplingParams
     from sglang.multimodal_gen.runtime.entrypoints.utils import expand_request_outputs
     from sglang.multimodal_gen.runtime.pipelines.hunyuan_pipeline import HunyuanVideoPipeline
-    from sglang.multimodal_gen.runtime.pipelines.ltx_2_pipeline import LTX2Pipeline
+    from sglang.multimodal_gen.runtime.pipelines.ltx_2_pipeline import (
+        LTX2Pipeline,
+        LTX2TwoStageHQPipeline,
+        LTX2TwoStagePipeline,
+    )
     from sglang.multimodal_gen.runtime.pipelines.wan_pipeline import WanPipeline
     from sglang.multimodal_gen.runtime.pipelines_core.stages.input_validation import (
         InputValidationStage,
@@ -182,6 +190,9 @@ def load_env(h3: Any) -> SimpleNamespace:
     )
     from sglang.multimodal_gen.runtime.pipelines_core.stages.model_specific_stages.ltx_2.latent_preparation_av import (  # noqa: E501
         LTX2AVLatentPreparationStage,
+    )
+    from sglang.multimodal_gen.runtime.pipelines_core.stages.model_specific_stages.ltx_2.upsampling import (  # noqa: E501
+        LTX2HalveResolutionStage,
     )
 
     return SimpleNamespace(
@@ -196,6 +207,9 @@ def load_env(h3: Any) -> SimpleNamespace:
         WanPipeline=WanPipeline,
         HunyuanVideoPipeline=HunyuanVideoPipeline,
         LTX2Pipeline=LTX2Pipeline,
+        LTX2TwoStagePipeline=LTX2TwoStagePipeline,
+        LTX2TwoStageHQPipeline=LTX2TwoStageHQPipeline,
+        LTX2HalveStage=LTX2HalveResolutionStage,
         WanConfig=WanT2V480PConfig,
         HunyuanConfig=HunyuanConfig,
         LTX2Config=LTX2PipelineConfig,

@@ -138,8 +138,8 @@ def test_prediction_missed_falls_back(
 def test_changed_digest_turns_the_path_off(
     env: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A changed LTX-2 function: one WARNING naming it; the other paths stay on; LTX-2
-    requests pass straight to upstream."""
+    """A changed LTX-2 function (shared by the one- and two-stage paths): one WARNING per path
+    naming it; the other paths stay on; LTX-2 requests pass straight to upstream."""
     key = next(k for k in reviewed.REVIEWED if k.endswith(".prepare_audio_latent_shape"))
     monkeypatch.setitem(reviewed.REVIEWED, key, {"000000000000": ("0.5.23",)})
     monkeypatch.setattr(plugin, "_said", set())
@@ -150,12 +150,15 @@ def test_changed_digest_turns_the_path_off(
         with caplog.at_level(logging.INFO, logger="prenoise.sglang"):
             plugin.register()
             plugin.register()
-        warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
-        assert len(warnings) == 1, [r.getMessage() for r in warnings]
-        assert LTX2 in warnings[0].getMessage()
-        assert "LTX2PipelineConfig.prepare_audio_latent_shape" in warnings[0].getMessage()
+        warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        two_stage = reviewed.LTX2_TWO_STAGE_LATENTS_PATH
+        assert [w.split(": off")[0] for w in warnings] == [
+            f"prenoise: sglang: {LTX2}",
+            f"prenoise: sglang: {two_stage}",
+        ], warnings
+        assert all("LTX2PipelineConfig.prepare_audio_latent_shape" in w for w in warnings)
         (on_line,) = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
-        assert f"{LTX2}: off" in on_line
+        assert f"{LTX2}: off" in on_line and f"{two_stage}: off" in on_line
         assert f"{reviewed.STANDARD_LATENTS_PATH}: on" in on_line
         cls, sa = _ltx2(env)
 

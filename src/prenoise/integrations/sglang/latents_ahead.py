@@ -9,6 +9,10 @@ audio), through diffusers' `randn_tensor`: one `torch.randn(shape, generator=g, 
 dtype=..., layout=torch.strided)` per generator of the request (row `i` of a batch of `n > 1`
 drawn as `(1, ...)` on generator `i`; one generator draws the whole shape).
 
+The pipelines: exactly `WanPipeline`, `HunyuanVideoPipeline`, `LTX2Pipeline` and the two-stage
+`LTX2TwoStagePipeline` / `LTX2TwoStageHQPipeline` (their stage-1 noise, at the halved
+resolution; stage 2's new generators draw upstream's way).
+
 What this module does (the pipelines' own arithmetic is in `standard_latents` and
 `ltx2_latents`):
 
@@ -51,7 +55,11 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from prenoise.integrations.sglang import ltx2_latents, standard_latents
-from prenoise.integrations.sglang.reviewed import LTX2_LATENTS_PATH, STANDARD_LATENTS_PATH
+from prenoise.integrations.sglang.reviewed import (
+    LTX2_LATENTS_PATH,
+    LTX2_TWO_STAGE_LATENTS_PATH,
+    STANDARD_LATENTS_PATH,
+)
 from prenoise.integrations.sglang.standard_latents import NotPredicted, RandnCall
 from prenoise.preparation.draws import Draw, HalfDrawRule
 from prenoise.preparation.executor import PreparationExecutor
@@ -100,6 +108,10 @@ KINDS: tuple[_Kind, ...] = (
           "HunyuanVideoPipeline", standard_latents.predict),
     _Kind("LTX-2", LTX2_LATENTS_PATH, _PIPELINES + "ltx_2_pipeline", "LTX2Pipeline",
           ltx2_latents.predict),
+    _Kind("LTX-2 two-stage", LTX2_TWO_STAGE_LATENTS_PATH, _PIPELINES + "ltx_2_pipeline",
+          "LTX2TwoStagePipeline", ltx2_latents.predict),
+    _Kind("LTX-2 two-stage HQ", LTX2_TWO_STAGE_LATENTS_PATH, _PIPELINES + "ltx_2_pipeline",
+          "LTX2TwoStageHQPipeline", ltx2_latents.predict),
 )  # fmt: skip
 """The pipelines prepared here: exactly these classes (subclasses change stages: left alone)."""
 
@@ -373,6 +385,10 @@ DRAW_SITE_HOOKS: dict[str, tuple[tuple[str, Callable[..., Any]], ...]] = {
         (f"{_LATENT}._prepare_grouped_latents", around_draw_site),
     ),
     LTX2_LATENTS_PATH: (
+        (f"{_LATENT}.forward", around_draw_site),
+        (f"{_LTX2_LATENT}.forward", around_draw_site),
+    ),
+    LTX2_TWO_STAGE_LATENTS_PATH: (
         (f"{_LATENT}.forward", around_draw_site),
         (f"{_LTX2_LATENT}.forward", around_draw_site),
     ),

@@ -18,7 +18,8 @@ module. Hooks (MiniMax-H3 initial noise, `h3_initial`):
   upstream's arithmetic when every condition's key matches the plan, else runs upstream's.
 - Wan / HunyuanVideo / LTX-2 initial noise on CPU generators (`latents_ahead`; their own paths):
   the `forward` / `forward_batch` hooks open a request-owned `RequestLatents` for exactly
-  `WanPipeline`, `HunyuanVideoPipeline`, `LTX2Pipeline`; `InputValidationStage.forward`
+  `WanPipeline`, `HunyuanVideoPipeline`, `LTX2Pipeline` and the two-stage
+  `LTX2TwoStagePipeline` / `LTX2TwoStageHQPipeline` (stage 1); `InputValidationStage.forward`
   submits the draws once the generators exist; `LatentPreparationStage.forward` /
   `_prepare_grouped_latents` and `LTX2AVLatentPreparationStage.forward` answer exactly the
   planned `torch.randn` calls (key and generator state), else torch draws.

@@ -88,7 +88,15 @@ Wan / HunyuanVideo and LTX-2 initial noise (`latents_ahead`; none of the MiniMax
 - LTX-2: `LTX2AVLatentPreparationStage` (whole class: video then audio, the packed LTX-2.3
   shapes), `LTX2Pipeline.create_pipeline_stages`, `_add_ltx2_front_stages`,
   `_add_ltx2_stage1_generation_stages`, `LTX2PipelineConfig.prepare_latent_shape` and
-  `prepare_audio_latent_shape`, `is_ltx23_native_variant`.
+  `prepare_audio_latent_shape`, `is_ltx23_native_variant`, `is_ltx2_two_stage_pipeline_name`
+  and `PipelineConfig.get_latent_dtype` (called as upstream's `_get_latent_dtype` calls them:
+  LTX-2.3's latent dtype under a two-stage pipeline name).
+- LTX-2 two-stage (its own path, on the LTX-2 keys but `LTX2Pipeline.create_pipeline_stages`):
+  `LTX2TwoStagePipeline.create_pipeline_stages` (the front stages, then
+  `LTX2HalveResolutionStage`, a LoRA switch, then stage 1's stages: the one latent stage),
+  `LTX2TwoStageHQPipeline` (whole class: it makes no stages of its own),
+  `LTX2HalveResolutionStage` (whole class: refuses a resolution not a multiple of
+  `max(64, 2 * vae_scale_factor)`, else halves height and width with `//`).
 """
 
 from __future__ import annotations
@@ -100,6 +108,7 @@ __all__ = [
     "H3_ROLLOUT_PATH",
     "H3_STREAMS_PATH",
     "LTX2_LATENTS_PATH",
+    "LTX2_TWO_STAGE_LATENTS_PATH",
     "PATHS",
     "RELEASES",
     "REVIEWED",
@@ -203,10 +212,22 @@ _LTX2_LATENTS: dict[str, dict[str, tuple[str, ...]]] = {
     _CFG + "ltx_2:LTX2PipelineConfig.prepare_latent_shape": {"887a90f788c4": _V0523},
     _CFG + "ltx_2:LTX2PipelineConfig.prepare_audio_latent_shape": {"6d2f519f4b61": _V0523},
     _CFG + "ltx_2:is_ltx23_native_variant": {"1dade447d1e9": _V0523},
+    _RT + "server_args.server_args:is_ltx2_two_stage_pipeline_name": {"99af50b2c0bf": _V0523},
+    _CFG + "base:PipelineConfig.get_latent_dtype": {"06ae0f1e9ff0": _V0523},
+}
+_LTX2_STAGES = _RT + "pipelines_core.stages.model_specific_stages.ltx_2."
+_LTX2_ONE_STAGE = _RT + "pipelines.ltx_2_pipeline:LTX2Pipeline.create_pipeline_stages"
+_LTX2_TWO_STAGE_LATENTS: dict[str, dict[str, tuple[str, ...]]] = {
+    _RT + "pipelines.ltx_2_pipeline:LTX2TwoStagePipeline.create_pipeline_stages": {
+        "8e5e99bedb08": _V0523
+    },
+    _RT + "pipelines.ltx_2_pipeline:LTX2TwoStageHQPipeline": {"6a4b4b1edd76": _V0523},
+    _LTX2_STAGES + "upsampling:LTX2HalveResolutionStage": {"74b711a291e3": _V0523},
 }
 REVIEWED.update(_LATENTS_COMMON)
 REVIEWED.update(_STANDARD_LATENTS)
 REVIEWED.update(_LTX2_LATENTS)
+REVIEWED.update(_LTX2_TWO_STAGE_LATENTS)
 _LATENT_ENTRY = (_BASE + "forward", _BASE + "forward_batch", *_LATENTS_COMMON)
 
 H3_INITIAL_PATH = "MiniMax-H3 initial noise prepared ahead"
@@ -216,6 +237,7 @@ H3_STREAMS_PATH = "MiniMax-H3 named noise streams"
 H3_RECORD_PATH = "MiniMax-H3 noise records' replica group"
 STANDARD_LATENTS_PATH = "Wan/HunyuanVideo initial noise prepared ahead (CPU generator)"
 LTX2_LATENTS_PATH = "LTX-2 initial noise prepared ahead"
+LTX2_TWO_STAGE_LATENTS_PATH = "LTX-2 two-stage initial (stage-1) noise prepared ahead"
 PATHS: dict[str, tuple[str, ...]] = {
     H3_INITIAL_PATH: _INITIAL_KEYS,
     H3_CONDITIONS_PATH: _INITIAL_KEYS + tuple(_CONDITIONS),
@@ -224,5 +246,10 @@ PATHS: dict[str, tuple[str, ...]] = {
     H3_RECORD_PATH: tuple(_RECORD),
     STANDARD_LATENTS_PATH: (*_LATENT_ENTRY, *_STANDARD_LATENTS),
     LTX2_LATENTS_PATH: (*_LATENT_ENTRY, *_LTX2_LATENTS),
+    LTX2_TWO_STAGE_LATENTS_PATH: (
+        *_LATENT_ENTRY,
+        *(k for k in _LTX2_LATENTS if k != _LTX2_ONE_STAGE),
+        *_LTX2_TWO_STAGE_LATENTS,
+    ),
 }
 """Path -> the keys of `REVIEWED` it relies on (all of them must be reviewed code)."""

@@ -97,24 +97,40 @@ def test_refuses_a_python_without_torch(tmp_path: Path) -> None:
 
 
 @needs_no_gpu
-def test_refuses_without_a_cuda_device(tmp_path: Path) -> None:
+def test_refuses_without_a_cuda_device(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     out = tmp_path / "new" / "out"
     assert refusal_line(run_script(out)) == f"gpu_check.sh: {NO_CUDA}"
     assert not (tmp_path / "new").exists()
+    # an empty OUTDIR is kept, and kept empty: the driver's `main` in this process (the script
+    # run above is the wrapper's path to it; torch is imported here already)
     empty = tmp_path / "empty"
     empty.mkdir()
-    assert NO_CUDA in refusal_line(run_script(empty))
+    monkeypatch.delenv("PRENOISE_GPU_CHECK_DEVICE", raising=False)
+    assert load_driver().main([str(empty)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err == f"gpu_check.sh: {NO_CUDA}\n"
     assert list(empty.iterdir()) == []
     assert "accepted: cuda" in refusal_line(run_script(out, PRENOISE_GPU_CHECK_DEVICE="tpu"))
 
 
-def test_mix_check_on_cpu_is_equal_for_every_dtype(tmp_path: Path) -> None:
+def load_mix_check() -> ModuleType:
+    """scripts/gpu_mix_check.py in this process: its `main` is the script's whole behaviour (the
+    end-to-end test runs it as a script, in gpu_check's mix step)."""
+    spec = importlib.util.spec_from_file_location("gpu_mix_check", MIX_CHECK)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_mix_check_on_cpu_is_equal_for_every_dtype(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     report_path = tmp_path / "mix.json"
-    argv = [PYTHON, str(MIX_CHECK), "--device", "cpu", "--json", str(report_path)]
-    done = subprocess.run(
-        [*argv, "--numel", "50000", "--no-compile"], capture_output=True, text=True, check=False
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
+    argv = ["--device", "cpu", "--json", str(report_path), "--numel", "50000", "--no-compile"]
+    assert load_mix_check().main(argv) == 0, capsys.readouterr()
     report = json.loads(report_path.read_text())
     assert report["equal"] is True
     assert set(report["dtypes"]) == {"float32", "float16", "bfloat16"}
@@ -128,12 +144,11 @@ def test_mix_check_on_cpu_is_equal_for_every_dtype(tmp_path: Path) -> None:
 
 
 @needs_no_gpu
-def test_mix_check_refuses_cuda_without_a_device() -> None:
-    done = subprocess.run(
-        [PYTHON, str(MIX_CHECK), "--device", "cuda"], capture_output=True, text=True, check=False
-    )
-    assert done.returncode == 2
-    assert done.stderr.strip() == "error: --device cuda but torch sees no CUDA device"
+def test_mix_check_refuses_cuda_without_a_device(capsys: pytest.CaptureFixture[str]) -> None:
+    assert load_mix_check().main(["--device", "cuda"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.strip() == "error: --device cuda but torch sees no CUDA device"
 
 
 # -- the driver's report and steps, on fake results ---------------------------------------------

@@ -23,7 +23,7 @@ from blocked_imports import OPTIONAL_MODULES, REPO, run_python
 from prenoise.cli.commands import main
 from prenoise.guards import extras
 from prenoise.guards.extras import install_command
-from source_tree import copy_package_source
+from source_tree import wheel_built_without_a_compiler
 from waits import READY_CEILING_S
 
 # -- (1) the base install ------------------------------------------------------------------------
@@ -61,19 +61,32 @@ def _run_cli_script(argvs: list[list[str]], blocked: tuple[str, ...], tmp_path: 
     return json.loads(proc.stdout.split("RESULTS", 1)[1])
 
 
-def test_the_base_install_runs_help_doctor_demo_and_compare(tmp_path: Path) -> None:
-    commands = ["generate", "verify", "bench", "serve", "compare", "doctor", "vllm-omni-verify"]
-    results = _run_cli_script(
-        [
-            ["--help"],
-            *([c, "--help"] for c in commands),
-            ["doctor"],
-            ["demo", "--encode-seconds", "0.05"],
-            ["compare", "SAVED", "SAVED"],
-        ],
-        OPTIONAL_MODULES,
-        tmp_path,
+_BASE_COMMANDS = ["generate", "verify", "bench", "serve", "compare", "doctor", "vllm-omni-verify"]
+_BASE_RUNS = [
+    ["--help"],
+    *([c, "--help"] for c in _BASE_COMMANDS),
+    ["doctor"],
+    ["demo", "--encode-seconds", "0.05"],
+    ["compare", "SAVED", "SAVED"],
+]
+_NEEDS_EXTRA_RUNS = [
+    [c, "--recipe", "recipes/ref2va-demo.yaml"] for c in ("generate", "verify", "bench", "serve")
+]
+
+
+@pytest.fixture(scope="module")
+def base_install_results(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """Both tests' commands in one interpreter of the base install (the extras' modules blocked):
+    each command's exit status and output are its own (`main` per command, as the CLI runs)."""
+    return _run_cli_script(
+        [*_BASE_RUNS, *_NEEDS_EXTRA_RUNS], OPTIONAL_MODULES, tmp_path_factory.mktemp("base")
     )
+
+
+def test_the_base_install_runs_help_doctor_demo_and_compare(base_install_results: dict) -> None:
+    theirs = {" ".join(argv) for argv in _NEEDS_EXTRA_RUNS}  # the other test's commands
+    results = {k: v for k, v in base_install_results.items() if k not in theirs}
+    assert len(results) == len(_BASE_RUNS) + 1
     assert results.pop("enable") == [
         "MissingExtraError",
         "prenoise.integrations.diffusers.enable() needs the 'diffusers' extra (diffusers not "
@@ -87,11 +100,12 @@ def test_the_base_install_runs_help_doctor_demo_and_compare(tmp_path: Path) -> N
     assert "--arm" in results["generate --help"][1]
 
 
-def test_commands_needing_a_missing_extra_name_the_pip_install(tmp_path: Path) -> None:
-    recipe = "recipes/ref2va-demo.yaml"
-    runs = [[c, "--recipe", recipe] for c in ("generate", "verify", "bench", "serve")]
-    results = _run_cli_script(runs, OPTIONAL_MODULES, tmp_path)
-    results.pop("enable")
+def test_commands_needing_a_missing_extra_name_the_pip_install(
+    base_install_results: dict,
+) -> None:
+    ran = {" ".join(argv) for argv in _NEEDS_EXTRA_RUNS}
+    results = {k: v for k, v in base_install_results.items() if k in ran}
+    assert len(results) == len(_NEEDS_EXTRA_RUNS)
     for argv, (code, output) in results.items():
         assert code == 2, f"prenoise {argv}: exit {code}\n{output}"
         command = argv.split()[0]
@@ -313,21 +327,15 @@ def test_without_the_kernel_draws_fall_back_to_torch_and_doctor_says_why(tmp_pat
 
 
 @pytest.mark.slow
-def test_a_build_without_a_c_compiler_installs_without_the_kernel(tmp_path: Path) -> None:
+def test_a_build_without_a_c_compiler_installs_without_the_kernel(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
     """`CC=/bin/false pip wheel .` succeeds (the extension is optional) and leaves the kernel
     out; the installed wheel runs on torch. No network: no build isolation, no dependencies."""
     pytest.importorskip("setuptools")
-    source = copy_package_source(tmp_path / "source")
-    wheels = tmp_path / "wheels"
+    # the same build as test_shipped_recipes' (built once: source_tree)
+    wheels, build = wheel_built_without_a_compiler(tmp_path_factory.mktemp("no-compiler"))
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
-    build = subprocess.run(
-        [*pip, "wheel", "--no-build-isolation", "--no-deps", "-v", str(source), "-w", str(wheels)],
-        env={**_env_without_pythonpath(), "CC": "/bin/false"},
-        capture_output=True,
-        text=True,
-        timeout=READY_CEILING_S,
-        check=False,
-    )
     assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
     assert 'building extension "prenoise.noise._noise_kernel" failed' in build.stdout + build.stderr
     (wheel,) = wheels.glob("prenoise-*.whl")

@@ -1,7 +1,9 @@
 """Hardening round 4 (issue 42), `prenoise compare`: bounded work, and the right reason.
 
 Against the real CLI (`python -m prenoise compare`, a subprocess under an address-space limit
-and a hang guard; no timing is asserted):
+and a hang guard; no timing is asserted) wherever a regression could hang or eat memory; the
+cases that cannot (a refused pickle, a missing package, two variables set, safetensors inputs
+after one real run) call the CLI's `main` in this process, exit status and one line the same:
 
 - HIGH 6: shared references (`x = [x, x]` saved n times: n objects, ~1.7 KB, 2^n labels) made
   the walk visit every label (the depth limit never applied); a zero-stride tensor
@@ -60,6 +62,20 @@ def _one_error_line(result: subprocess.CompletedProcess[str]) -> str:
     out = (result.stdout + result.stderr).strip()
     assert result.returncode == 2, out
     assert len(out.splitlines()) == 1, out
+    assert out.startswith("error: ") and "internal error" not in out, out
+    return out
+
+
+def _refused_here(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], cwd: Path, *args: str
+) -> str:
+    """`prenoise compare ARGS` through the CLI's `main` in this process, for the cases with no
+    hang or memory to guard against: exit 2 and one `error: ...` line, as `_one_error_line`."""
+    from cli_refusals import refused
+
+    monkeypatch.chdir(cwd)
+    monkeypatch.delenv("PRENOISE_DEBUG", raising=False)
+    out = refused(capsys, ["compare", *args])
     assert out.startswith("error: ") and "internal error" not in out, out
     return out
 
@@ -173,11 +189,14 @@ class _RunsAShell:
         return (os.system, (f"touch {self.marker}",))
 
 
-def test_a_pickle_that_would_run_code_is_refused_as_unsafe(tmp_path: Path) -> None:
+def test_a_pickle_that_would_run_code_is_refused_as_unsafe(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """In this process: what the pickle would run, were it loaded, is a `touch` in tmp_path."""
     marker = tmp_path / "ran"
     torch.save({"x": _RunsAShell(str(marker))}, tmp_path / "evil.pt")
     torch.save({"x": 1}, tmp_path / "good.pt")
-    out = _one_error_line(run_cli("good.pt", "evil.pt", cwd=tmp_path))
+    out = _refused_here(monkeypatch, capsys, tmp_path, "good.pt", "evil.pt")
     assert out.startswith("error: evil.pt: refused as unsafe: it imports ")
     assert "system" in out and "corrupt" not in out
     assert not marker.exists()
@@ -189,7 +208,9 @@ def _safetensors(path: Path, tensors: dict[str, torch.Tensor], **metadata: str) 
     save_file(tensors, str(path), metadata=metadata or None)
 
 
-def test_safetensors_files_are_compared(tmp_path: Path) -> None:
+def test_safetensors_files_are_compared(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     pytest.importorskip("safetensors")
     x = torch.arange(6.0).reshape(2, 3)
     _safetensors(tmp_path / "a.safetensors", {"x": x, "y": torch.ones(2)})
@@ -197,32 +218,40 @@ def test_safetensors_files_are_compared(tmp_path: Path) -> None:
     _safetensors(tmp_path / "c.safetensors", {"x": x, "y": torch.ones(2)}, step="7")
     equal = run_cli("a.safetensors", "b.bin", cwd=tmp_path)
     assert equal.returncode == 0 and "bitwise equal: 2/2 fields" in equal.stdout
-    other = run_cli("a.safetensors", "c.safetensors", cwd=tmp_path)
-    assert other.returncode == 1 and "__metadata__: missing in a" in other.stdout
+    # The rest in this process (the same `main`; small files, nothing to guard against): one
+    # real CLI run above is the console script's path.
+    from prenoise.cli.commands import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("PRENOISE_DEBUG", raising=False)
+    capsys.readouterr()
+    assert main(["compare", "a.safetensors", "c.safetensors"]) == 1
+    assert "__metadata__: missing in a" in " ".join(capsys.readouterr().out.split())
     torch.save({"x": x, "y": torch.ones(2)}, tmp_path / "a.pt")
-    mixed = run_cli("a.pt", "a.safetensors", cwd=tmp_path)
-    assert mixed.returncode == 0, mixed.stdout + mixed.stderr
+    mixed = main(["compare", "a.pt", "a.safetensors"])
+    assert mixed == 0, capsys.readouterr()
 
 
-def test_safetensors_without_the_package_names_the_extra(tmp_path: Path) -> None:
+def test_safetensors_without_the_package_names_the_extra(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     pytest.importorskip("safetensors")
     _safetensors(tmp_path / "a.safetensors", {"x": torch.ones(2)})
-    site = tmp_path / "site"
-    site.mkdir()
-    (site / "sitecustomize.py").write_text("import sys\nsys.modules['safetensors'] = None\n")
-    path = os.pathsep.join([str(site), *filter(None, [os.environ.get("PYTHONPATH")])])
-    out = _one_error_line(
-        run_cli("a.safetensors", "a.safetensors", cwd=tmp_path, env={"PYTHONPATH": path})
-    )
+    # None in sys.modules: importing it raises ModuleNotFoundError, as when it is not installed
+    # (the reader imports it when it meets a safetensors file)
+    monkeypatch.setitem(sys.modules, "safetensors", None)
+    out = _refused_here(monkeypatch, capsys, tmp_path, "a.safetensors", "a.safetensors")
     assert "reading the safetensors file a.safetensors needs the 'ref2va' extra" in out
     assert "safetensors not installed" in out
 
 
 def test_both_weights_only_variables_set_are_named_not_blamed_on_the_file(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     torch.save({"x": 1}, tmp_path / "a.pt")
-    env = {"TORCH_FORCE_WEIGHTS_ONLY_LOAD": "1", "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"}
-    out = _one_error_line(run_cli("a.pt", "a.pt", cwd=tmp_path, env=env))
+    # torch.load (and prenoise's check) read both variables at each call
+    monkeypatch.setenv("TORCH_FORCE_WEIGHTS_ONLY_LOAD", "1")
+    monkeypatch.setenv("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")
+    out = _refused_here(monkeypatch, capsys, tmp_path, "a.pt", "a.pt")
     assert "TORCH_FORCE_WEIGHTS_ONLY_LOAD and TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD are both set" in out
     assert "corrupt" not in out

@@ -1,6 +1,7 @@
 """Hardening round 4 (issue 42), files: outputs that are not regular files, hostile recipes.
 
-Each class is checked against the real CLI (`python -m prenoise` in a subprocess), at its root:
+Each class is checked against the real CLI (`python -m prenoise` in a subprocess), at its root
+(a symlink loop, which can neither hang nor eat memory, through the CLI's `main` in this process):
 
 - HIGH 4: every atomic write renamed a temporary file onto its target after a check that refused
   only directories and unwritable paths, so `--json`/`--out` naming a named pipe or a device
@@ -134,14 +135,24 @@ def test_generate_out_onto_a_named_pipe_is_refused_before_any_work(tmp_path: Pat
     assert stat.S_ISFIFO(os.stat(fifo).st_mode)
 
 
-def test_json_naming_a_symlink_loop_is_one_line_exit_2(tmp_path: Path) -> None:
+def test_json_naming_a_symlink_loop_is_one_line_exit_2(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """In this process (the CLI's `main`, exit status and its one line): a loop can be neither
+    read for ever nor written through, so there is no hang or memory to guard against."""
+    from cli_refusals import refused
+
     a, b = _inputs(tmp_path)
     (tmp_path / "loop1").symlink_to("loop2")
     (tmp_path / "loop2").symlink_to("loop1")
-    out = _one_error_line(run_cli("compare", a, b, "--json", "loop1", cwd=tmp_path))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("PRENOISE_DEBUG", raising=False)
+    out = refused(capsys, ["compare", a, b, "--json", "loop1"])
+    assert out.startswith("error: ") and "internal error" not in out, out
     assert "--json loop1: is a loop of symbolic links" in out
     # an input that is a loop, with a report to write, is its own one line too
-    out = _one_error_line(run_cli("compare", "loop1", b, "--json", "r.json", cwd=tmp_path))
+    out = refused(capsys, ["compare", "loop1", b, "--json", "r.json"])
+    assert out.startswith("error: ") and "internal error" not in out, out
     assert "loop1: cannot be read (Too many levels of symbolic links)" in out
     assert not (tmp_path / "r.json").exists()
 

@@ -7,9 +7,6 @@ are listed by `prenoise recipes` and named by `--recipe NAME` from any directory
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
@@ -18,8 +15,7 @@ import pytest
 from cli_refusals import refused
 from prenoise.cli.commands import main
 from prenoise.ref2va.catalog import RECIPES_DIR, describe, resolve_recipe, shipped
-from source_tree import REPO, copy_package_source
-from waits import READY_CEILING_S
+from source_tree import REPO, wheel_built_without_a_compiler
 
 NAMES = ["ref2va-15s-1344x768", "ref2va-demo", "ref2va-image-1344x768"]
 
@@ -73,18 +69,13 @@ def test_verify_runs_a_shipped_recipe_by_name_from_any_directory(
 
 
 @pytest.mark.slow
-def test_the_wheel_carries_the_recipes(tmp_path: Path) -> None:
+def test_the_wheel_carries_the_recipes(tmp_path_factory: pytest.TempPathFactory) -> None:
     pytest.importorskip("setuptools")
-    source = copy_package_source(tmp_path / "source")
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    build = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-q",
-         str(source), "-w", str(tmp_path)],
-        env={**env, "CC": "/bin/false"},  # the kernel is optional; this is about the data
-        capture_output=True, text=True, timeout=READY_CEILING_S, check=False,
-    )  # fmt: skip
+    # CC=/bin/false: the kernel is optional; this is about the data (the same build as
+    # test_install's wheel without the kernel, built once: source_tree)
+    wheels, build = wheel_built_without_a_compiler(tmp_path_factory.mktemp("no-compiler"))
     assert build.returncode == 0, build.stderr[-3000:]
-    (wheel,) = tmp_path.glob("prenoise-*.whl")
+    (wheel,) = wheels.glob("prenoise-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert sorted(n for n in names if n.startswith("prenoise/recipes/")) == [
         f"prenoise/recipes/{name}.yaml" for name in NAMES

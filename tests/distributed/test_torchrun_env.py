@@ -5,8 +5,10 @@ where they were used (`int(os.environ["RANK"])`, torch's env:// rendezvous), so 
 generate` said "internal error … please report it" (exit 70); `WORLD_SIZE=0`/`-1` ran one
 process as if unset, and a rank out of range waited on a rendezvous for ranks that never come.
 Now `guards.torchrun_env` reads them all in one place, before the torchrun decision, and both
-the CLI and `distributed.group` take them from it. The CLI cases run the real CLI (`python -m
-prenoise`) in a subprocess; a timeout guards against a hang (no timing is asserted).
+the CLI and `distributed.group` take them from it. One CLI case runs the real CLI (`python -m
+prenoise`) in a subprocess, a timeout guarding against a hang (no timing is asserted); the others
+call the same `main` in this process with the variables set and any rendezvous made to fail at
+once (a fresh interpreter per case was most of this file's time).
 """
 
 from __future__ import annotations
@@ -44,6 +46,38 @@ def _cli(command: list[str], variables: dict[str, str], cwd: Path) -> subprocess
     )
 
 
+def _cli_here(
+    command: list[str],
+    variables: dict[str, str],
+    cwd: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> tuple[int, list[str]]:
+    """`_cli` through the CLI's `main` in this process (the same `main` `python -m prenoise`
+    runs, the variables set as there): its exit status and output lines. A rendezvous fails at
+    once instead of waiting for ranks that never come: code that no longer refuses first fails
+    here (exit 70, or work done), never hangs this process."""
+    import torch.distributed as dist
+
+    from prenoise.cli.commands import main
+
+    for name in (*TORCHRUN_NAMES, "MASTER_PORT", "PRENOISE_DEBUG"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+    def no_rendezvous(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a rendezvous was started: the variables were not refused first")
+
+    monkeypatch.setattr(dist, "init_process_group", no_rendezvous)
+    monkeypatch.chdir(cwd)
+    capsys.readouterr()
+    returncode = main(command)
+    captured = capsys.readouterr()
+    return returncode, (captured.out + captured.err).strip().splitlines()
+
+
 @pytest.mark.parametrize(
     ("variables", "command", "said"),
     [
@@ -60,12 +94,21 @@ def _cli(command: list[str], variables: dict[str, str], cwd: Path) -> subprocess
     ],
 )
 def test_a_wrong_torchrun_variable_is_one_line_exit_2_before_any_work(
-    variables: dict[str, str], command: str, said: str, tmp_path: Path
+    variables: dict[str, str],
+    command: str,
+    said: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     output = {"generate": ["--out", "o.mp4"], "verify": ["--json", "v.json"]}.get(command, [])
-    proc = _cli([command, "--recipe", str(TINY), *output], variables, tmp_path)
-    lines = (proc.stdout + proc.stderr).strip().splitlines()
-    assert proc.returncode == 2, (proc.returncode, lines[-5:])
+    argv = [command, "--recipe", str(TINY), *output]
+    if variables == {"WORLD_SIZE": "abc"}:  # the real CLI once, as a user runs it
+        proc = _cli(argv, variables, tmp_path)
+        returncode, lines = proc.returncode, (proc.stdout + proc.stderr).strip().splitlines()
+    else:
+        returncode, lines = _cli_here(argv, variables, tmp_path, monkeypatch, capsys)
+    assert returncode == 2, (returncode, lines[-5:])
     assert len(lines) == 1 and lines[0].startswith("error: "), lines
     assert said in lines[0] and "unset WORLD_SIZE to run in one process" in lines[0], lines[0]
     assert "internal error" not in lines[0]

@@ -258,12 +258,3 @@ def test_main_prints_problems_and_exits_1(repo: Path, capsys: pytest.CaptureFixt
     assert check_docs.main(["--root", str(repo)]) == 1
     out = capsys.readouterr().out.splitlines()
     assert len(out) == 1 and out[0].startswith("README.md:") and "gone.md" in out[0]
-
-
-def test_real_repo_docs_are_consistent() -> None:
-    """The project's own README, docs/ and benchmarks/ (`make lint` runs the same check)."""
-    problems = check_docs.check(REPO)
-    assert not problems, (
-        f"{len(problems)} docs problem(s) (`python scripts/check_docs.py` lists them):\n"
-        + "\n".join(problems)
-    )

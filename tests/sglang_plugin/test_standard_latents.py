@@ -251,19 +251,21 @@ def test_encoder_failure_propagates_and_joins(env: Any, monkeypatch: pytest.Monk
     assert alive == []
 
 
-def test_a_named_stream_refuses_pipelines_it_does_not_cover(
-    env: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """`PRENOISE_SGLANG_NOISE_STREAM` covers MiniMax-H3 only: a Wan request under a named stream
-    fails with `NoiseStreamError` naming the variable before anything is drawn (its noise would
-    be local torch's), never silently native; under `native` it runs and is upstream's."""
+def test_a_named_stream_refuses_a_subclass(env: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`PRENOISE_SGLANG_NOISE_STREAM` covers exactly `WanPipeline` (`test_latents_streams`): a
+    request of a subclass (its stages may draw elsewhere) fails with `NoiseStreamError` naming
+    the variable before anything is drawn, never silently native; under `native` it runs and is
+    upstream's."""
     from prenoise.noise.streams import NoiseStreamError
 
-    cls, sa = _wan(env)
+    class SubWan(env.WanPipeline):  # type: ignore[name-defined,misc]
+        pass
+
+    _cls, sa = _wan(env)
     monkeypatch.setenv("PRENOISE_SGLANG_NOISE_STREAM", "libm")
     stage = _stage(env)
     with pytest.raises(NoiseStreamError, match="PRENOISE_SGLANG_NOISE_STREAM=libm covers"):
-        run(env, cls, stage, sa, [make_req(env, 1, 64, 96, 9)], text_dtype=torch.float32)
+        run(env, SubWan, stage, sa, [make_req(env, 1, 64, 96, 9)], text_dtype=torch.float32)
     monkeypatch.setenv("PRENOISE_SGLANG_NOISE_STREAM", "native")
-    fields = run(env, cls, stage, sa, [make_req(env, 1, 64, 96, 9)], text_dtype=torch.float32)
+    fields = run(env, SubWan, stage, sa, [make_req(env, 1, 64, 96, 9)], text_dtype=torch.float32)
     assert "[0].latents[0]" in fields

@@ -35,6 +35,11 @@ What this module does (the pipelines' own arithmetic is in `standard_latents` an
 Never prepared: device (CUDA) generators (upstream's draw untouched), requests that give their
 latents, a generator count that differs from the batch (upstream raises).
 
+Under a named noise stream (`latents_streams`) the request's `RequestLatents` draws its plan in
+that stream (the stream is part of each key), the latent stage's method runs inside a
+`StreamDrawMode` below the serving mode (a draw not served is drawn in the stream by upstream's
+own call), and a device generator fails the request when input validation made it.
+
 Bitwise: a served tensor equals what `torch.randn` returns for that call in values, shape,
 dtype, device (CPU) and strides (contiguous), and the generator ends where torch leaves it, so
 every tensor the latent stage produces is upstream's; the global RNG is never used.
@@ -42,6 +47,7 @@ every tensor the latent stage produces is upstream's; the global RNG is never us
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import logging
 import operator
@@ -54,13 +60,18 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
-from prenoise.integrations.sglang import ltx2_latents, standard_latents
+from prenoise.integrations.sglang import latents_streams, ltx2_latents, standard_latents
 from prenoise.integrations.sglang.reviewed import (
     LTX2_LATENTS_PATH,
+    LTX2_STREAMS_PATH,
     LTX2_TWO_STAGE_LATENTS_PATH,
+    LTX2_TWO_STAGE_STREAMS_PATH,
     STANDARD_LATENTS_PATH,
+    STANDARD_STREAMS_PATH,
 )
 from prenoise.integrations.sglang.standard_latents import NotPredicted, RandnCall
+from prenoise.noise.stream_mode import StreamDrawMode
+from prenoise.noise.streams import NATIVE
 from prenoise.preparation.draws import Draw, HalfDrawRule
 from prenoise.preparation.executor import PreparationExecutor
 from prenoise.preparation.served import KeyedDraw, ServedDraws, rows_work
@@ -72,6 +83,7 @@ __all__ = [
     "WORKER",
     "RandnKey",
     "RequestLatents",
+    "current",
     "draw_observers",
     "kind_of",
     "run_request",
@@ -99,19 +111,21 @@ class _Kind:
     module: str
     cls: str
     predict: Callable[[Any, Any, Any], tuple[RandnCall, ...]]
+    stream_path: str
+    """The path that draws this pipeline's requests in a named noise stream."""
 
 
 KINDS: tuple[_Kind, ...] = (
     _Kind("Wan", STANDARD_LATENTS_PATH, _PIPELINES + "wan_pipeline", "WanPipeline",
-          standard_latents.predict),
+          standard_latents.predict, STANDARD_STREAMS_PATH),
     _Kind("HunyuanVideo", STANDARD_LATENTS_PATH, _PIPELINES + "hunyuan_pipeline",
-          "HunyuanVideoPipeline", standard_latents.predict),
+          "HunyuanVideoPipeline", standard_latents.predict, STANDARD_STREAMS_PATH),
     _Kind("LTX-2", LTX2_LATENTS_PATH, _PIPELINES + "ltx_2_pipeline", "LTX2Pipeline",
-          ltx2_latents.predict),
+          ltx2_latents.predict, LTX2_STREAMS_PATH),
     _Kind("LTX-2 two-stage", LTX2_TWO_STAGE_LATENTS_PATH, _PIPELINES + "ltx_2_pipeline",
-          "LTX2TwoStagePipeline", ltx2_latents.predict),
+          "LTX2TwoStagePipeline", ltx2_latents.predict, LTX2_TWO_STAGE_STREAMS_PATH),
     _Kind("LTX-2 two-stage HQ", LTX2_TWO_STAGE_LATENTS_PATH, _PIPELINES + "ltx_2_pipeline",
-          "LTX2TwoStageHQPipeline", ltx2_latents.predict),
+          "LTX2TwoStageHQPipeline", ltx2_latents.predict, LTX2_TWO_STAGE_STREAMS_PATH),
 )  # fmt: skip
 """The pipelines prepared here: exactly these classes (subclasses change stages: left alone)."""
 
@@ -142,16 +156,18 @@ def kind_of(pipeline: Any) -> _Kind | None:
 
 @dataclass(frozen=True)
 class RandnKey:
-    """One `torch.randn` call: its shape, dtype, device type and the generator's identity."""
+    """One `torch.randn` call: its shape, dtype, device type, the generator's identity and the
+    noise stream it is drawn in."""
 
     shape: tuple[int, ...]
     dtype: torch.dtype
     device: str
     generator: int
+    stream: str = NATIVE
 
 
 def _row_draws(
-    calls: Sequence[RandnCall], generators: Sequence[torch.Generator], tag: str
+    calls: Sequence[RandnCall], generators: Sequence[torch.Generator], tag: str, stream: str
 ) -> list[KeyedDraw]:
     """One keyed draw per `torch.randn` row `randn_tensor` makes for `calls`, in call order."""
     planned = []
@@ -164,14 +180,16 @@ def _row_draws(
             raise NotPredicted(f"{len(generators)} generators for a batch of {call.shape[:1]}")
         for i, (shape, generator) in enumerate(rows):
             label = f"{call.label}.{i}{tag}"
-            key = RandnKey(shape, call.dtype, "cpu", id(generator))
+            key = RandnKey(shape, call.dtype, "cpu", id(generator), stream)
             draw = Draw(label, shape, call.dtype, half_rule=HalfDrawRule.NATIVE)
-            planned.append(KeyedDraw(label, key, _work(label, key, draw), (generator,)))
+            planned.append(KeyedDraw(label, key, _work(label, key, draw, stream), (generator,)))
     return planned
 
 
-def _work(label: str, key: RandnKey, draw: Draw) -> Callable[[tuple[torch.Generator, ...]], Any]:
-    rows = rows_work([draw])
+def _work(
+    label: str, key: RandnKey, draw: Draw, stream: str
+) -> Callable[[tuple[torch.Generator, ...]], Any]:
+    rows = rows_work([draw], noise_stream=stream)
 
     def work(clones: tuple[torch.Generator, ...]) -> torch.Tensor:
         tensor = rows(clones)
@@ -208,8 +226,10 @@ class RequestLatents:
     and contiguous strides torch would return — and leaves the generator where torch would;
     otherwise it returns None and torch draws. The global RNG is never used."""
 
-    def __init__(self, kind: _Kind, pipeline: Any, batches: Sequence[Any]) -> None:
-        self.kind, self.pipeline = kind, pipeline
+    def __init__(
+        self, kind: _Kind, pipeline: Any, batches: Sequence[Any], noise_stream: str = NATIVE
+    ) -> None:
+        self.kind, self.pipeline, self.noise_stream = kind, pipeline, noise_stream
         self.executor = PreparationExecutor(name=WORKER)
         self._expected = {id(b) for b in batches}
         self._plans: dict[int, ServedDraws] = {}  # id(batch) -> its plan
@@ -249,7 +269,7 @@ class RequestLatents:
             gens = _generators(batch)
             if any(id(g) in self._owner for g in gens):
                 raise NotPredicted("a generator shared with another request of the call")
-            planned = _row_draws(calls, gens, f"@{self._submitted}")
+            planned = _row_draws(calls, gens, f"@{self._submitted}", self.noise_stream)
             if not planned:
                 raise NotPredicted("upstream draws no initial noise for it")
             served = ServedDraws(self.executor, job_name=lambda _i, d: d.label)
@@ -277,7 +297,7 @@ class RequestLatents:
         if served is None or not served.active:
             return None
         try:
-            key = _call_key(args, kwargs, generator)
+            key = _call_key(args, kwargs, generator, self.noise_stream)
         except Exception as error:  # torch itself says what is wrong with such a call
             key = f"whose arguments do not read ({error!r})"
         if isinstance(key, str):
@@ -287,9 +307,12 @@ class RequestLatents:
         return tensor
 
 
-def _call_key(args: Sequence[Any], kwargs: dict[str, Any], generator: Any) -> RandnKey | str:
+def _call_key(
+    args: Sequence[Any], kwargs: dict[str, Any], generator: Any, stream: str
+) -> RandnKey | str:
     """The key of `torch.randn(shape, generator=, device=, dtype=, layout=)` — the form
-    `randn_tensor` calls — or why the call has another form."""
+    `randn_tensor` calls — in the request's noise `stream`, or why the call has another
+    form."""
     if set(kwargs) - {"generator", "device", "dtype", "layout"} or len(args) != 1:
         return f"of another form ({len(args)} positional, {sorted(kwargs)})"
     shape = args[0]
@@ -305,7 +328,7 @@ def _call_key(args: Sequence[Any], kwargs: dict[str, Any], generator: Any) -> Ra
     dtype = torch.get_default_dtype() if dtype is None else dtype
     if not isinstance(dtype, torch.dtype):
         return f"with dtype {dtype!r}"
-    return RandnKey(tuple(map(operator.index, shape)), dtype, where.type, id(generator))
+    return RandnKey(tuple(map(operator.index, shape)), dtype, where.type, id(generator), stream)
 
 
 class _ServeRandn(TorchFunctionMode):
@@ -330,13 +353,25 @@ class _ServeRandn(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
+def current() -> RequestLatents | None:
+    """The latents request open on this thread (None outside one)."""
+    return _current.get()
+
+
 def run_request(
-    kind: _Kind, original: Callable[..., Any], pipeline: Any, batches: list[Any], *a: Any, **k: Any
+    kind: _Kind,
+    original: Callable[..., Any],
+    pipeline: Any,
+    batches: list[Any],
+    *a: Any,
+    noise_stream: str = NATIVE,
+    **k: Any,
 ) -> Any:
-    """Upstream's `forward` / `forward_batch` within a `RequestLatents` (a nested call: as is)."""
+    """Upstream's `forward` / `forward_batch` within a `RequestLatents` whose draws are in
+    `noise_stream` (a nested call: as is)."""
     if _current.get() is not None:
         return original(pipeline, *a, **k)
-    with RequestLatents(kind, pipeline, batches) as request:
+    with RequestLatents(kind, pipeline, batches, noise_stream) as request:
         token = _current.set(request)
         try:
             return original(pipeline, *a, **k)
@@ -355,6 +390,8 @@ def around_input_validation(
         batch = args[0] if args else kwargs.get("batch")
         server_args = args[1] if len(args) > 1 else kwargs.get("server_args")
         if result is batch:
+            if request.noise_stream != NATIVE:  # a device generator: refused before any draw
+                latents_streams.check_generators(request.pipeline, batch, request.noise_stream)
             request.submit(batch, server_args)
     return result
 
@@ -364,11 +401,16 @@ def around_draw_site(original: Callable[..., Any], stage: Any, *args: Any, **kwa
     `_prepare_grouped_latents`, `LTX2AVLatentPreparationStage.forward`): upstream's method runs
     as is; within it, this thread's `torch.randn` calls on planned generators are answered."""
     request = _current.get()
-    if request is None or _serving.get() or not request.active:
-        return original(stage, *args, **kwargs)
+    stream = latents_streams.site_stream()
+    if _serving.get():
+        return original(stage, *args, **kwargs)  # nested: the outer call's modes serve it
     token = _serving.set(True)
     try:
-        with _ServeRandn(request):
+        with contextlib.ExitStack() as modes:
+            if stream != NATIVE:  # upstream's own draws (served or not) in the stream
+                modes.enter_context(StreamDrawMode(stream))
+            if request is not None and request.active:
+                modes.enter_context(_ServeRandn(request))
             return original(stage, *args, **kwargs)
     finally:
         _serving.reset(token)

@@ -25,7 +25,7 @@ import types
 from collections.abc import Iterable
 
 from prenoise.guards.live_code import is_source_code, observing, reviewed_code_problem
-from prenoise.integrations.sglang.reviewed import PATHS
+from prenoise.integrations.sglang.reviewed import LIVE_UNCHECKED, PATHS
 from prenoise.integrations.sglang.support import installed_digest
 
 __all__ = ["HOOK_REGISTRY_MODULE", "observing", "own_hooks", "problem", "unwrap"]
@@ -83,5 +83,7 @@ def problem(path: str) -> str | None:
     """Why the code that runs for `path` now is not the reviewed code `support` checked (None:
     it is): the first relied-on function found changed at run time, or `torch.randn` /
     `Tensor.normal_` replaced. Checked at every call (cached per code object). A function the
-    installed source does not define (reviewed as `ABSENT`) is not looked for."""
-    return reviewed_code_problem(PATHS[path], unwrap, installed_digest)
+    installed source does not define (reviewed as `ABSENT`) is not looked for, nor a key of
+    `reviewed.LIVE_UNCHECKED` (its source digest only)."""
+    keys = tuple(k for k in PATHS[path] if k not in LIVE_UNCHECKED)
+    return reviewed_code_problem(keys, unwrap, installed_digest)

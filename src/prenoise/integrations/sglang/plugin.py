@@ -31,8 +31,10 @@ module. Hooks (MiniMax-H3 initial noise, `h3_initial`):
 - `PRENOISE_SGLANG_NOISE_STREAM` (`streams`): `native` changes nothing; `x86` / `libm` draw
   every MiniMax-H3 draw above in that named stream (upstream's serial draws too, and
   `condition_noise.minimax_h3_audio_cond_noise_aug_rows`), a device-generator rollout from a
-  CPU generator seeded with its `initial_seed()`; a request that cannot be drawn in it fails
-  with `NoiseStreamError`.
+  CPU generator seeded with its `initial_seed()`; and every draw of a Wan / HunyuanVideo /
+  LTX-2 request (`latents_streams`: the prepared initial noise drawn in the stream, each other
+  draw site run in the stream; device generators refused). A request that cannot be drawn in
+  it, or of any other pipeline, fails with `NoiseStreamError`.
 
 Every hook passes the call straight to upstream's function when the plugin is off
 (`PRENOISE_SGLANG=0`, read per call), when the installed code is not the reviewed code
@@ -49,9 +51,17 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from prenoise.integrations.sglang import h3_record, h3_rollout, latents_ahead, live, support
+from prenoise.integrations.sglang import (
+    h3_record,
+    h3_rollout,
+    latents_ahead,
+    latents_streams,
+    live,
+    support,
+)
 from prenoise.integrations.sglang import streams as h3_streams
 from prenoise.integrations.sglang.h3_initial import DENOISE_STATE_KEY, RequestDraws, initial_key
+from prenoise.integrations.sglang.support import ENABLE_ENV, enabled
 from prenoise.noise.streams import NATIVE, NoiseStreamError
 
 __all__ = [
@@ -66,8 +76,6 @@ __all__ = [
 
 logger = logging.getLogger("prenoise.sglang")
 
-ENABLE_ENV = "PRENOISE_SGLANG"
-"""`0` turns the plugin off; `1` or unset: on."""
 
 _BASE = "sglang.multimodal_gen.runtime.pipelines_core.composed_pipeline_base.ComposedPipelineBase"
 _LATENT = (
@@ -114,12 +122,6 @@ _denoising: contextvars.ContextVar[Any] = contextvars.ContextVar(
 )
 _said: set[str] = set()
 _said_lock = threading.Lock()
-
-
-def enabled(environ: Any = None) -> bool | None:
-    """`PRENOISE_SGLANG`: True (`1` or unset), False (`0`), None (another value)."""
-    raw = (os.environ if environ is None else environ).get(ENABLE_ENV, "1").strip()
-    return {"1": True, "0": False, "": True}.get(raw)
 
 
 def _say_once(key: str, line: str, level: int = logging.INFO) -> None:
@@ -174,22 +176,50 @@ def _refuse_uncovered_stream(pipeline: Any) -> None:
     stream = h3_streams.setting()  # a bad value raises: never silently native
     if stream != NATIVE:
         raise NoiseStreamError(
-            f"prenoise: {h3_streams.NOISE_STREAM_ENV}={stream} covers MiniMax-H3 only; "
+            f"prenoise: {h3_streams.NOISE_STREAM_ENV}={stream} covers MiniMax-H3, and exactly "
+            f"{', '.join(k.cls for k in latents_ahead.KINDS)}; "
             f"{type(pipeline).__name__}'s noise would be local torch's, so its request fails "
             f"rather than mix streams: unset {h3_streams.NOISE_STREAM_ENV} (native) for it"
+        )
+
+
+def _latents_request(
+    kind: Any, original: Callable[..., Any], pipeline: Any, batches: list[Any], *a: Any, **k: Any
+) -> Any:
+    """A Wan / HunyuanVideo / LTX-2 request (exact class): its initial noise prepared ahead and,
+    under a named stream, every draw of it in that stream (`latents_streams`), or refused."""
+    stream = h3_streams.setting() if enabled() is True else NATIVE  # a bad value raises
+    if stream == NATIVE:
+        if not _active(kind.path):
+            return original(pipeline, *a, **k)
+        return latents_ahead.run_request(kind, original, pipeline, batches, *a, **k)
+    code = support.current()
+    problem = next((code.problems[p] for p in (kind.path, kind.stream_path)
+                    if not code.runs(p)), None)  # fmt: skip
+    problem = problem or live.problem(kind.path) or live.problem(kind.stream_path)
+    if problem is not None:
+        raise NoiseStreamError(
+            f"prenoise: {h3_streams.NOISE_STREAM_ENV}={stream}: {type(pipeline).__name__}'s "
+            f"noise cannot all be drawn in that stream on this sglang ({problem}); use the "
+            "native stream"
+        )
+    latents_streams.check_entry(kind.name, pipeline, batches, stream)
+    with h3_streams.request_stream(stream):
+        return latents_ahead.run_request(
+            kind, original, pipeline, batches, *a, noise_stream=stream, **k
         )
 
 
 def _with_requests(
     original: Callable[..., Any], pipeline: Any, batches: list[Any], *a: Any, **k: Any
 ) -> Any:
-    if _current.get() is None and not _is_h3(pipeline) and enabled() is True:
-        _refuse_uncovered_stream(pipeline)
     kind = latents_ahead.kind_of(pipeline)  # Wan, HunyuanVideo, LTX-2 (exact classes)
-    if kind is not None and _current.get() is None:
-        if not _active(kind.path):
-            return original(pipeline, *a, **k)
-        return latents_ahead.run_request(kind, original, pipeline, batches, *a, **k)
+    if kind is not None and _current.get() is None and latents_ahead.current() is None:
+        return _latents_request(kind, original, pipeline, batches, *a, **k)
+    if _current.get() is None and not _is_h3(pipeline) and enabled() is True:
+        if kind is None:
+            _refuse_uncovered_stream(pipeline)
+        return original(pipeline, *a, **k)  # a nested call of a latents request
     if _current.get() is not None or not _is_h3(pipeline) or enabled() is not True:
         return original(pipeline, *a, **k)  # nested (forward_batch -> forward), or not ours
     stream = h3_streams.setting()  # a bad value raises: never silently native
@@ -358,7 +388,8 @@ STREAM_HOOKS: tuple[tuple[str, Callable[..., Any]], ...] = (
 """Registered in addition for the named noise streams (a plain call in `native`)."""
 
 _TABLES = (HOOKS, CONDITION_HOOKS, ROLLOUT_HOOKS, STREAM_HOOKS, latents_ahead.ENTRY_HOOKS,
-           *latents_ahead.DRAW_SITE_HOOKS.values())  # fmt: skip
+           *latents_ahead.DRAW_SITE_HOOKS.values(),
+           *latents_streams.SITE_HOOKS.values())  # fmt: skip
 live.own_hooks(hook for table in _TABLES for _target, hook in table)  # the live check's
 
 
@@ -375,15 +406,33 @@ def _register_latents(code: support.Support, registry: Any, hook_type: Any) -> t
     targets = dict(latents_ahead.ENTRY_HOOKS) if on else {}
     for path in on:
         targets.update(latents_ahead.DRAW_SITE_HOOKS[path])
+    streamed = [p for p in latents_streams.SITE_HOOKS if code.runs(p)]
+    for path in streamed:  # the stream paths include their latents path's keys
+        targets.update(latents_streams.SITE_HOOKS[path])
     new = {t: h for t, h in targets.items() if t not in _latents_registered}
     for target, hook in new.items():
         registry.register(target, hook, hook_type.AROUND)
         _latents_registered.add(target)
-    for path in paths:
-        if path not in on:
+    stream = h3_streams.setting()
+    refused = "" if stream == NATIVE else (
+        f"; with {h3_streams.NOISE_STREAM_ENV}={stream} its pipelines' requests fail "
+        "(NoiseStreamError)")  # fmt: skip
+    latents_of = {k.stream_path: k.path for k in latents_ahead.KINDS}
+    for path in (*paths, *latents_streams.SITE_HOOKS):  # each problem named once
+        if path in paths and not code.runs(path):
             _say_once(f"code:{path}", f"prenoise: sglang: {path}: off, upstream's code runs "
-                      f"untouched: {code.problems[path]}", logging.WARNING)  # fmt: skip
-    return "; ".join(f"{p}: {'on' if p in on else 'off'}" for p in paths), bool(new)
+                      f"untouched: {code.problems[path]}{refused}", logging.WARNING)  # fmt: skip
+        elif (
+            path not in paths
+            and not code.runs(path)
+            and stream != NATIVE
+            and code.runs(latents_of[path])
+        ):  # else named with its latents path above
+            _say_once(f"code:{path}", f"prenoise: sglang: {path}: off: "
+                      f"{code.problems[path]}{refused}", logging.WARNING)  # fmt: skip
+    line = "; ".join(f"{p}: {'on' if p in on else 'off'}" for p in paths)
+    covered = [k.cls for k in latents_ahead.KINDS if k.stream_path in streamed]
+    return f"{line}; named noise streams cover {', '.join(covered) or 'none of them'}", bool(new)
 
 
 def register() -> None:

@@ -97,6 +97,17 @@ Wan / HunyuanVideo and LTX-2 initial noise (`latents_ahead`; none of the MiniMax
   `LTX2TwoStageHQPipeline` (whole class: it makes no stages of its own),
   `LTX2HalveResolutionStage` (whole class: refuses a resolution not a multiple of
   `max(64, 2 * vae_scale_factor)`, else halves height and width with `//`).
+
+Named noise streams for Wan / HunyuanVideo / LTX-2 (`latents_streams`; one path per latents
+path, on that path's keys): the wrapped draw sites (`FlowMatchEulerDiscreteScheduler._transition`,
+`LTX2DenoisingStage._randn_like_with_batch_generators` / `_ltx2_res2s_new_noise`,
+`LTX2RefinementStage` with its two stage-2 draw functions, `LTX2ImageEncodingStage._vae_encode`,
+`LTX2AVDecodingStage.forward`, inside their classes' digests), the schedulers' step functions
+(`FlowMatchEulerDiscreteScheduler.step`, `FlowUniPCMultistepScheduler.step` and the update
+functions it calls: no draw but `_transition`'s), LTX-2's `LTX2FlowMatchScheduler`,
+`rollout_step_kwargs` (empty for a serving request), and every stage class these pipelines run
+after the latent stage, digested whole (no draw but the wrapped ones); `LIVE_UNCHECKED` lists the
+two whole classes the live check cannot verify.
 """
 
 from __future__ import annotations
@@ -107,12 +118,16 @@ __all__ = [
     "H3_RECORD_PATH",
     "H3_ROLLOUT_PATH",
     "H3_STREAMS_PATH",
+    "LIVE_UNCHECKED",
     "LTX2_LATENTS_PATH",
+    "LTX2_STREAMS_PATH",
     "LTX2_TWO_STAGE_LATENTS_PATH",
+    "LTX2_TWO_STAGE_STREAMS_PATH",
     "PATHS",
     "RELEASES",
     "REVIEWED",
     "STANDARD_LATENTS_PATH",
+    "STANDARD_STREAMS_PATH",
 ]
 
 RELEASES = ("0.5.23",)
@@ -228,6 +243,82 @@ REVIEWED.update(_LATENTS_COMMON)
 REVIEWED.update(_STANDARD_LATENTS)
 REVIEWED.update(_LTX2_LATENTS)
 REVIEWED.update(_LTX2_TWO_STAGE_LATENTS)
+# Named noise streams for Wan / HunyuanVideo / LTX-2 (`latents_streams`): every stage class the
+# pipelines run after the latent stage that may draw, digested whole (a changed one may draw
+# elsewhere: its pipelines' requests are then refused under a stream), and the wrapped sites.
+_SCHED = _RT + "models.schedulers."
+_STREAMS_COMMON: dict[str, dict[str, tuple[str, ...]]] = {
+    _SCHED + "scheduling_flow_match_euler_discrete:FlowMatchEulerDiscreteScheduler.step": {
+        "78adec91a092": _V0523
+    },
+    _SCHED + "scheduling_flow_match_euler_discrete:FlowMatchEulerDiscreteScheduler._transition": {
+        "1f4d84101e6a": _V0523
+    },
+    _SCHED + "scheduling_flow_unipc_multistep:FlowUniPCMultistepScheduler.step": {
+        "885948e908c5": _V0523
+    },
+    _SCHED + "scheduling_flow_unipc_multistep:FlowUniPCMultistepScheduler.convert_model_output": {
+        "ce271743574b": _V0523
+    },
+    _SCHED + "scheduling_flow_unipc_multistep:FlowUniPCMultistepScheduler."
+    "multistep_uni_c_bh_update": {"8e9d23feeb3e": _V0523},
+    _SCHED + "scheduling_flow_unipc_multistep:FlowUniPCMultistepScheduler."
+    "multistep_uni_p_bh_update": {"c8bd261293b4": _V0523},
+    _RT + "post_training.rollout_hooks:rollout_step_kwargs": {"edca40ef38e7": _V0523},
+}
+_STANDARD_STREAMS: dict[str, dict[str, tuple[str, ...]]] = {
+    _RT + "pipelines_core.stages.denoising:DenoisingStage": {"127f51ca724f": _V0523},
+    _RT + "pipelines_core.stages.denoising:DenoisingStage._prepare_denoising_loop": {
+        "cc75ec5d1216": _V0523
+    },
+    _RT + "pipelines_core.stages.denoising:DenoisingStage._run_denoising_step": {
+        "0c89f6d60f31": _V0523
+    },
+    _RT + "pipelines_core.stages.progressive_resolution.denoising:"
+    "ProgressiveDenoisingStageRouter": {"3a7c852aed2d": _V0523},
+    _RT + "pipelines_core.stages.progressive_resolution.denoising:is_progressive_resolution_mode": {
+        "e55d76354700": _V0523
+    },
+    _BASE + "add_progressive_denoising_stage": {"20ec717ad068": _V0523},
+    _BASE + "add_standard_denoising_stage": {"a21d26341e48": _V0523},
+    _BASE + "add_standard_decoding_stage": {"5ded4a6300dc": _V0523},
+    _RT + "pipelines_core.stages.decoding:DecodingStage": {"1c8184f9a0bb": _V0523},
+    _RT + "pipelines_core.stages.text_encoding:TextEncodingStage": {"f0d4593bb2bd": _V0523},
+    _RT + "pipelines_core.stages.timestep_preparation:TimestepPreparationStage": {
+        "c87a73a0bd05": _V0523
+    },
+    _RT + "pipelines.wan_pipeline:WanPipeline.initialize_pipeline": {"2fe9b65a12c4": _V0523},
+}
+_LTX2_STREAMS: dict[str, dict[str, tuple[str, ...]]] = {
+    _LTX2_STAGES + "denoising:LTX2DenoisingStage": {"2fbc03bacd41": _V0523},
+    _LTX2_STAGES + "denoising:LTX2DenoisingStage._randn_like_with_batch_generators": {
+        "7ee3504680c0": _V0523
+    },
+    _LTX2_STAGES + "denoising:LTX2DenoisingStage._ltx2_res2s_new_noise": {"fb7a6548a83f": _V0523},
+    _LTX2_STAGES + "denoising_av:LTX2AVDenoisingStage": {"cb335d9d5e41": _V0523},
+    _LTX2_STAGES + "decoding_av:LTX2AVDecodingStage": {"44d887f3ac66": _V0523},
+    _LTX2_STAGES + "duration:LTX2DurationStage": {"e176522f7839": _V0523},
+    _LTX2_STAGES + "text_connector:LTX2TextConnectorStage": {"d1b0065d629c": _V0523},
+    _RT + "pipelines_core.stages.image_encoding:LTX2ImageEncodingStage": {"e519fab86a8a": _V0523},
+    _RT + "pipelines_core.stages.text_encoding:TextEncodingStage": {"f0d4593bb2bd": _V0523},
+    _RT + "pipelines.ltx_2_pipeline:LTX2SigmaPreparationStage": {"b04913efe3ad": _V0523},
+    _RT + "pipelines.ltx_2_pipeline:_add_ltx2_decoding_stage": {"f0d2b1b4d406": _V0523},
+    _RT + "pipelines.ltx_2_pipeline:_BaseLTX2Pipeline": {"a855568ffd70": _V0523},
+    _RT + "pipelines.ltx_2_pipeline:LTX2FlowMatchScheduler": {"0b650f6fdaa0": _V0523},
+}
+_LTX2_TWO_STAGE_STREAMS: dict[str, dict[str, tuple[str, ...]]] = {
+    _LTX2_STAGES + "denoising_av:LTX2RefinementStage": {"f7f114fe0c52": _V0523},
+    _LTX2_STAGES + "upsampling:LTX2UpsampleStage": {"0a11bff9751d": _V0523},
+}
+for _table in (_STREAMS_COMMON, _STANDARD_STREAMS, _LTX2_STREAMS, _LTX2_TWO_STAGE_STREAMS):
+    REVIEWED.update(_table)
+LIVE_UNCHECKED = frozenset({
+    _RT + "pipelines_core.stages.denoising:DenoisingStage",
+    _LTX2_STAGES + "denoising:LTX2DenoisingStage",
+})  # fmt: skip
+"""Keys checked by their installed source digest only, not by the live check (`live`): whole
+classes holding a method the live check cannot verify (an `lru_cache`, a `contextmanager`); the
+methods of theirs that draw or call the step are listed as their own keys, and live-checked."""
 _LATENT_ENTRY = (_BASE + "forward", _BASE + "forward_batch", *_LATENTS_COMMON)
 
 H3_INITIAL_PATH = "MiniMax-H3 initial noise prepared ahead"
@@ -238,18 +329,32 @@ H3_RECORD_PATH = "MiniMax-H3 noise records' replica group"
 STANDARD_LATENTS_PATH = "Wan/HunyuanVideo initial noise prepared ahead (CPU generator)"
 LTX2_LATENTS_PATH = "LTX-2 initial noise prepared ahead"
 LTX2_TWO_STAGE_LATENTS_PATH = "LTX-2 two-stage initial (stage-1) noise prepared ahead"
+STANDARD_STREAMS_PATH = "Wan/HunyuanVideo named noise streams"
+LTX2_STREAMS_PATH = "LTX-2 named noise streams"
+LTX2_TWO_STAGE_STREAMS_PATH = "LTX-2 two-stage named noise streams"
+_STANDARD_KEYS = (*_LATENT_ENTRY, *_STANDARD_LATENTS)
+_LTX2_KEYS = (*_LATENT_ENTRY, *_LTX2_LATENTS)
+_LTX2_TWO_STAGE_KEYS = (
+    *_LATENT_ENTRY,
+    *(k for k in _LTX2_LATENTS if k != _LTX2_ONE_STAGE),
+    *_LTX2_TWO_STAGE_LATENTS,
+)
 PATHS: dict[str, tuple[str, ...]] = {
     H3_INITIAL_PATH: _INITIAL_KEYS,
     H3_CONDITIONS_PATH: _INITIAL_KEYS + tuple(_CONDITIONS),
     H3_ROLLOUT_PATH: (*_INITIAL_KEYS, _RUN_FULL_LOOP, *_ROLLOUT),
     H3_STREAMS_PATH: (*_INITIAL_KEYS, *_CONDITIONS, *_ROLLOUT, *_STREAMS),
     H3_RECORD_PATH: tuple(_RECORD),
-    STANDARD_LATENTS_PATH: (*_LATENT_ENTRY, *_STANDARD_LATENTS),
-    LTX2_LATENTS_PATH: (*_LATENT_ENTRY, *_LTX2_LATENTS),
-    LTX2_TWO_STAGE_LATENTS_PATH: (
-        *_LATENT_ENTRY,
-        *(k for k in _LTX2_LATENTS if k != _LTX2_ONE_STAGE),
-        *_LTX2_TWO_STAGE_LATENTS,
+    STANDARD_LATENTS_PATH: _STANDARD_KEYS,
+    LTX2_LATENTS_PATH: _LTX2_KEYS,
+    LTX2_TWO_STAGE_LATENTS_PATH: _LTX2_TWO_STAGE_KEYS,
+    STANDARD_STREAMS_PATH: (*_STANDARD_KEYS, *_STREAMS_COMMON, *_STANDARD_STREAMS),
+    LTX2_STREAMS_PATH: (*_LTX2_KEYS, *_STREAMS_COMMON, *_LTX2_STREAMS),
+    LTX2_TWO_STAGE_STREAMS_PATH: (
+        *_LTX2_TWO_STAGE_KEYS,
+        *_STREAMS_COMMON,
+        *_LTX2_STREAMS,
+        *_LTX2_TWO_STAGE_STREAMS,
     ),
 }
 """Path -> the keys of `REVIEWED` it relies on (all of them must be reviewed code)."""

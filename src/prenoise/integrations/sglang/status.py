@@ -16,7 +16,15 @@ from dataclasses import dataclass
 
 from prenoise.integrations.sglang import support
 from prenoise.integrations.sglang.plugin import ENABLE_ENV
-from prenoise.integrations.sglang.reviewed import H3_RECORD_PATH, PATHS, RELEASES
+from prenoise.integrations.sglang.reviewed import (
+    H3_RECORD_PATH,
+    H3_STREAMS_PATH,
+    LTX2_STREAMS_PATH,
+    LTX2_TWO_STAGE_STREAMS_PATH,
+    PATHS,
+    RELEASES,
+    STANDARD_STREAMS_PATH,
+)
 from prenoise.integrations.sglang.streams import NOISE_STREAM_ENV, setting
 from prenoise.noise.streams import NoiseStreamError
 
@@ -31,6 +39,14 @@ NEXT_STEP = (
     "changed function to prenoise"
 )
 """What a user whose installed SGLang code is not the reviewed code can do."""
+
+_STREAM_COVERAGE = (
+    (H3_STREAMS_PATH, "MiniMax-H3 (and its subclasses)"),
+    (STANDARD_STREAMS_PATH, "WanPipeline, HunyuanVideoPipeline"),
+    (LTX2_STREAMS_PATH, "LTX2Pipeline"),
+    (LTX2_TWO_STAGE_STREAMS_PATH, "LTX2TwoStagePipeline, LTX2TwoStageHQPipeline"),
+)
+"""Stream path -> the pipelines it draws in a named noise stream (exact classes but H3's)."""
 
 _SHOWN_PATHS = tuple(path for path in PATHS if path != H3_RECORD_PATH)
 """The paths a user turns on by installing the plugin (the records' replica group is a detail of
@@ -107,6 +123,17 @@ class SglangStatus:
         stream = self.stream if self.stream_ok else f"refused: {self.stream}"
         return f"{ENABLE_ENV}={enable} {NOISE_STREAM_ENV}={stream}"
 
+    def _streams_text(self) -> str:
+        """Which pipelines `PRENOISE_SGLANG_NOISE_STREAM=x86|libm` draws in a named stream here
+        (every other pipeline's request fails under a named stream)."""
+        assert self.code is not None
+        covered = [name for path, name in _STREAM_COVERAGE if self.code.runs(path)]
+        refused = [name for path, name in _STREAM_COVERAGE if not self.code.runs(path)]
+        text = f"x86/libm cover {', '.join(covered) if covered else 'no pipeline'}"
+        if refused:
+            text += f"; refused here (changed code): {', '.join(refused)}"
+        return text + "; any other pipeline's request is refused under a named stream"
+
     def _path_rows(self) -> list[tuple[str, str]]:
         if self.code is None:
             return []
@@ -120,6 +147,7 @@ class SglangStatus:
                 rows.append(
                     (path, f"off, upstream's code runs: {code.problems[path]}; {NEXT_STEP}")
                 )
+        rows.append(("noise streams", self._streams_text()))
         if code.h3_initial:
             verify = "proves MiniMax-H3's noise prepared ahead by prenoise (plugin off vs on)"
         else:

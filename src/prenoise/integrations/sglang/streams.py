@@ -1,4 +1,7 @@
-"""`PRENOISE_SGLANG_NOISE_STREAM`: MiniMax-H3's noise drawn in a named noise stream (opt-in).
+"""`PRENOISE_SGLANG_NOISE_STREAM`: SGLang's noise drawn in a named noise stream (opt-in).
+
+This module holds the setting and MiniMax-H3's draw sites; Wan, HunyuanVideo and LTX-2's are in
+`latents_streams` (every other pipeline's request fails under a named stream).
 
 `native` (the default): nothing changes — every draw is local torch's, bit for bit upstream's.
 `x86` or `libm`: every MiniMax-H3 draw site the plugin covers is drawn in that stream of
@@ -48,7 +51,8 @@ T = TypeVar("T")
 
 NOISE_STREAM_ENV = "PRENOISE_SGLANG_NOISE_STREAM"
 """`native` (default): local torch's draws, bit-identical to upstream; `x86` or `libm`: every
-MiniMax-H3 noise draw the plugin covers is drawn in that named stream, the same on any host."""
+noise draw of the pipelines the plugin covers (MiniMax-H3, Wan, HunyuanVideo, LTX-2) is drawn
+in that named stream, the same on any host."""
 
 _request: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "prenoise_sglang_noise_stream", default=None

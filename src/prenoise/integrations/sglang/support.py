@@ -10,8 +10,10 @@ that path runs upstream's code untouched (the hooks pass every call straight thr
 
 from __future__ import annotations
 
+import os
 import threading
 from dataclasses import dataclass, field
+from typing import Any
 
 from prenoise.guards.source_digests import ABSENT, CodeUnavailable, InstalledDigests
 from prenoise.integrations.sglang.reviewed import (
@@ -26,16 +28,28 @@ from prenoise.integrations.sglang.reviewed import (
 
 __all__ = [
     "ABSENT",
+    "ENABLE_ENV",
     "H3_CONDITIONS_PATH",
     "H3_INITIAL_PATH",
     "H3_ROLLOUT_PATH",
     "H3_STREAMS_PATH",
     "Support",
     "current",
+    "enabled",
     "installed_digest",
     "key_problem",
     "reset",
 ]
+
+ENABLE_ENV = "PRENOISE_SGLANG"
+"""`0` turns the plugin off; `1` or unset: on."""
+
+
+def enabled(environ: Any = None) -> bool | None:
+    """`PRENOISE_SGLANG`: True (`1` or unset), False (`0`), None (another value)."""
+    raw = (os.environ if environ is None else environ).get(ENABLE_ENV, "1").strip()
+    return {"1": True, "0": False, "": True}.get(raw)
+
 
 _lock = threading.Lock()
 _installed = InstalledDigests()

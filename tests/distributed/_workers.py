@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import threading
 import time
+import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +19,13 @@ from prenoise.distributed.request import broadcast_request
 from prenoise.distributed.runner import DistributedRef2VA
 from prenoise.distributed.shm import leftover_segments
 from prenoise.distributed.status import describe_error
+from prenoise.distributed.tensor_parallel import shard_text_encoder
 from prenoise.distributed.verification import field_digests
 from prenoise.ref2va.config import ParallelConfig, load_recipe
 from prenoise.ref2va.models import Ref2VAModels
+from prenoise.ref2va.text_encoder import TextEncoder, TextEncoderConfig
+
+TP_PROMPTS = ["a tiny test clip", "a second, longer prompt: rain on a tin roof at dusk, slow pan"]
 
 
 def _setup(recipe_path: str, workdir: str, timeout_s: float) -> tuple[Any, Any, Any]:
@@ -183,3 +189,68 @@ def verify_with_a_broken_rank(recipe_path: str, workdir: str) -> list[tuple[str,
     host_noise.HostSharedNoise._take = real_take  # type: ignore[method-assign]
     verdicts.append(("overlap", {"rank": ctx.rank, "drawn": drawn, "asked": asked}))
     return verdicts
+
+
+def _numel(encoder: TextEncoder) -> int:
+    return sum(p.numel() for p in encoder.t5.parameters())
+
+
+def tp_rank(recipe_path: str, workdir: str) -> dict[str, Any]:
+    """Replicated vs TP=2 embeddings (2 layers, 4 heads), then a TP=2 runner's verification."""
+    from prenoise.distributed.verification import verify_distributed
+
+    torch.set_num_threads(1)
+    os.chdir(workdir)
+    ctx = init_distributed(60.0)
+    encoder = TextEncoder.build(TextEncoderConfig(num_layers=2, num_heads=4), seed=7)
+    replicated, mask = encoder.encode_with_mask(TP_PROMPTS)
+    full_numel = _numel(encoder)
+    tp = shard_text_encoder(encoder, 2, ctx.rank, ctx.world_size, 60.0)
+    sharded, tp_mask = tp.encode_with_mask(TP_PROMPTS)
+    gathered = tp.gather_replicated()
+    regathered = gathered.encode_with_mask(TP_PROMPTS)[0]
+
+    recipe = load_recipe(recipe_path)
+    request = broadcast_request(ctx, recipe if ctx.rank == 0 else None)
+    models = Ref2VAModels.default(recipe.model)
+    runner = DistributedRef2VA(ctx, models, ParallelConfig(timeout_s=60.0, text_encoder_tp=2))
+    verdict = verify_distributed(runner, request)
+    return {
+        "replicated": replicated,
+        "sharded": sharded,
+        "masks_equal": torch.equal(mask, tp_mask),
+        "regathered_equal": torch.equal(regathered, replicated),
+        "numel": (full_numel, _numel(encoder)),
+        "tp_rank": tp.tp_rank,
+        "verdict": verdict,
+        "runner_sharded": runner.text_tp is not None and runner.text_tp.ranks == [0, 1],
+    }
+
+
+SHARED_RUN: dict[str, Callable[[str, str], Any]] = {
+    "prepare_both_modes_and_denoise": prepare_both_modes_and_denoise,
+    "verify_with_a_broken_rank": verify_with_a_broken_rank,
+    "tp_rank": tp_rank,
+}
+"""The rank functions that healthy 2-rank jobs run, in this order, in one spawned job (see
+`conftest.shared_ranks`): each spawn costs both ranks ~10 s of imports and a rendezvous, the
+same for every one of them. (`fail_hang_die_in_draw` kills rank 1: it keeps its own job.)"""
+
+
+def run_shared(recipe_path: str, workdir: str) -> dict[str, tuple[bool, Any]]:
+    """Each of `SHARED_RUN` in turn on this rank: `(True, its value)` or `(False, the error and
+    its traceback)`. The group is `init_distributed`'s, joined once and reused (it is idempotent).
+    After a failure the later functions are not run (the ranks may be out of step): they report
+    `(False, "not run: ...")`, so their tests fail too."""
+    results: dict[str, tuple[bool, Any]] = {}
+    failed = ""
+    for name, fn in SHARED_RUN.items():
+        if failed:
+            results[name] = (False, f"not run: {failed} failed first on rank {os.environ['RANK']}")
+            continue
+        try:
+            results[name] = (True, fn(recipe_path, workdir))
+        except Exception as exc:
+            results[name] = (False, f"{describe_error(exc)}\n{traceback.format_exc()}")
+            failed = name
+    return results

@@ -9,21 +9,16 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
-from _workers import verify_with_a_broken_rank
-
-from prenoise.distributed.launch import spawn_ranks
 from waits import READY_CEILING_S
 
 TINY = Path(__file__).parents[1] / "ref2va" / "tiny-recipe.yaml"
 
 
-def test_distributed_verify_reports_each_broken_rank(tmp_path: Path) -> None:
-    outcomes = spawn_ranks(
-        verify_with_a_broken_rank, 2, (str(TINY), str(tmp_path)), timeout_s=READY_CEILING_S
-    )
-    assert all(o.ok for o in outcomes), [o.error for o in outcomes]
-    r0, r1 = (dict(o.value) for o in outcomes)
+def test_distributed_verify_reports_each_broken_rank(shared_ranks: Any) -> None:
+    """`verify_with_a_broken_rank`, run in the shared 2-rank job (`conftest.py`)."""
+    r0, r1 = (dict(value) for value in shared_ranks.values("verify_with_a_broken_rank"))
     overlap = [r0.pop("overlap"), r1.pop("overlap")]
     assert r0 == r1  # the verdict is broadcast: every rank agrees
 

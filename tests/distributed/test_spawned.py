@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import torch
-from _workers import fail_hang_die_in_draw, prepare_both_modes_and_denoise
+from _workers import fail_hang_die_in_draw
 
 from prenoise.distributed.launch import spawn_ranks
 from prenoise.distributed.shm import leftover_segments
@@ -41,14 +42,11 @@ def _single_process(workdir: Path) -> tuple[dict, torch.Tensor, torch.Tensor]:
     return digests, video, audio
 
 
-def test_two_ranks_prepare_identical_inputs_and_denoise_in_parallel(tmp_path: Path) -> None:
-    before = set(leftover_segments())
-    outcomes = spawn_ranks(
-        prepare_both_modes_and_denoise, 2, (str(TINY), str(tmp_path)), timeout_s=READY_CEILING_S
-    )
-    assert all(o.ok for o in outcomes), [o.error for o in outcomes]
-    r0, r1 = (o.value for o in outcomes)
-    single, video, audio = _single_process(tmp_path)
+def test_two_ranks_prepare_identical_inputs_and_denoise_in_parallel(shared_ranks: Any) -> None:
+    """`prepare_both_modes_and_denoise`, run first in the shared 2-rank job (`conftest.py`)."""
+    before = shared_ranks.before
+    r0, r1 = shared_ranks.values("prepare_both_modes_and_denoise")
+    single, video, audio = _single_process(shared_ranks.workdir)
 
     # every prepared field (noise as drawn + every denoise input), both modes, both ranks
     assert set(single) == set(r0["per_rank"]) and len(single) >= 9

@@ -46,15 +46,18 @@ def video_ref(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def vllm_forkserver() -> ForkServerContext:
     """Processes forked from one server that imported torch and vllm (`forked.py`): the three
     scratch-copy runs (test_release_support.py) and the two ranks (test_multirank.py) share
-    that import instead of an interpreter each."""
+    that import instead of an interpreter each, as does the `scalar_host` process."""
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(list(forked.PRELOAD))
     return context
 
 
 @pytest.fixture(scope="session")
-def scalar_host(image_ref: Path, tmp_path_factory: pytest.TempPathFactory) -> ScalarHost:
+def scalar_host(
+    image_ref: Path, tmp_path_factory: pytest.TempPathFactory, vllm_forkserver: ForkServerContext
+) -> ScalarHost:
     """Upstream's references where torch runs its scalar CPU kernels (`ATEN_CPU_CAPABILITY=
     default`: the libm stream's arithmetic), for test_noise_streams.py and
-    test_pipeline_streams.py: one subprocess computes both (`scalar_host.py`)."""
-    return scalar_host_module.compute(image_ref, tmp_path_factory.mktemp("scalar"))
+    test_pipeline_streams.py: one process forked from the `vllm_forkserver` computes both
+    (`scalar_host.py`)."""
+    return scalar_host_module.compute(image_ref, tmp_path_factory.mktemp("scalar"), vllm_forkserver)

@@ -1,7 +1,8 @@
 """What an operator sees in the ordinary `vllm serve --omni` log, with vLLM's default logging.
 
-A fresh process does what a vLLM-Omni worker does — import vLLM (which configures its `vllm`
-logger only), `load_omni_general_plugins()`, then serve requests — and its stdout (vLLM's stream)
+A process of its own does what a vLLM-Omni worker does — import vLLM (which configures its `vllm`
+logger only: done once in the `vllm_forkserver` it is forked from, `forked.py`),
+`load_omni_general_plugins()`, then serve requests — and its stdout (vLLM's stream)
 must show, in vLLM's format: one line at install (prenoise and vllm-omni versions, settings) and
 one line per request (prepared ahead and how many ms left the request thread, or why not).
 """
@@ -11,17 +12,16 @@ from __future__ import annotations
 import logging
 import os
 import re
-import subprocess
-import sys
+from multiprocessing.context import ForkServerContext
 from pathlib import Path
 from types import SimpleNamespace
 
+import forked
 import pytest
 
 from prenoise.integrations.vllm_omni import logs
 from prenoise.integrations.vllm_omni.request import DrawRecord, RequestPreparation
 from prenoise.integrations.vllm_omni.settings import PluginSettings
-from waits import READY_CEILING_S
 
 _WORKER = """
 import sys
@@ -35,25 +35,23 @@ run_forward(H3Request((Path(sys.argv[1]),), seed=2**64), plugin_on=True)
 """
 
 
-def _worker_log(image_ref: Path, seed: int, **env: str) -> str:
+def _worker_log(
+    forkserver: ForkServerContext, image_ref: Path, tmp: Path, seed: int, **env: str
+) -> str:
     environ = {k: v for k, v in os.environ.items() if not k.startswith("PRENOISE_")}
     environ.pop("VLLM_PLUGINS", None)
-    proc = subprocess.run(
-        [sys.executable, "-c", _WORKER, str(image_ref), str(seed)],
-        env={**environ, "VLLM_LOGGING_COLOR": "0", **env},
-        capture_output=True,
-        text=True,
-        timeout=READY_CEILING_S,
-        check=False,
-    )
+    environ = {**environ, "VLLM_LOGGING_COLOR": "0", **env}
+    proc = forked.run(forkserver, _WORKER, [str(image_ref), str(seed)], environ, tmp)
     assert proc.returncode != 0  # the seed 2**64 request: upstream's own error ends the script
     assert "Overflow when unpacking long" in proc.stderr, proc.stderr[-3000:]
     return proc.stdout
 
 
 @pytest.mark.slow
-def test_install_and_every_request_are_in_vllms_log(image_ref: Path) -> None:
-    stdout = _worker_log(image_ref, seed=-1)
+def test_install_and_every_request_are_in_vllms_log(
+    image_ref: Path, tmp_path: Path, vllm_forkserver: ForkServerContext
+) -> None:
+    stdout = _worker_log(vllm_forkserver, image_ref, tmp_path, seed=-1)
     lines = [line for line in stdout.splitlines() if "prenoise" in line]
     version = r"\d+\.\d+\.\d+\S*"
     assert len(lines) == 3, stdout

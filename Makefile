@@ -293,10 +293,15 @@ pytest-sglang: $(SGLANG_STAMP)
 TEST_TARGETS := pytest pytest-vllm-omni pytest-vllm-omni-032 pytest-vllm-omni-031 lint typecheck \
 	pytest-diffusers-0.40 pytest-sglang pytest-torch-2.14
 # The venvs are set up first (in parallel: no test may run while an install rebuilds the kernel).
+# Each phase's start is stamped (`make test: ...`): the CI log then says how the ~20 minutes split
+# between installing (network-bound, varies) and the suites.
 test: system-tools
+	@echo "make test: setting up the venvs, $$(date -u +%T) UTC"
 	$(MAKE) --no-print-directory -j2 --output-sync=target $(STAMP) $(VLLM_STAMP) $(TORCH_NEXT_STAMP) \
 		$(VLLM_RELEASE_STAMPS) $(SGLANG_STAMP)
+	@echo "make test: running the suites, $$(date -u +%T) UTC"
 	$(MAKE) --no-print-directory -k -j2 --output-sync=target $(TEST_TARGETS)
+	@echo "make test: done, $$(date -u +%T) UTC"
 
 # Mutation testing (not part of `make test`; it takes long): mutmut, pinned, runs per module in
 # build/mutation/<module>/ against that module's tests (scripts/mutation.py lists both).

@@ -8,6 +8,8 @@ device, strides, bytes), with the generators' final states.
 from __future__ import annotations
 
 import contextlib
+import copy
+import logging
 from collections.abc import Callable, Iterator
 from types import SimpleNamespace
 from typing import Any
@@ -15,7 +17,7 @@ from typing import Any
 import torch
 from _h3_harness import fingerprint
 
-from prenoise.integrations.sglang import latents_ahead, plugin
+from prenoise.integrations.sglang import latents_ahead, plugin, reviewed, support
 
 _FIELDS = ("height", "width", "num_frames", "seeds", "raw_latent_shape", "raw_audio_latent_shape")
 
@@ -214,3 +216,32 @@ def load_env(h3: Any) -> SimpleNamespace:
         HunyuanConfig=HunyuanConfig,
         LTX2Config=LTX2PipelineConfig,
     )
+
+
+@contextlib.contextmanager
+def changed_digest(
+    env: Any, monkeypatch: Any, caplog: Any, key: str
+) -> Iterator[tuple[list[str], list[str]]]:
+    """The installed code of `key` (a `reviewed.REVIEWED` key) made to differ from the reviewed
+    code, the plugin registered twice (as two loads in one process would): yields the WARNING
+    and the INFO lines it logged. Afterwards SGLang's hook registry, `monkeypatch` and the
+    support cache are as before."""
+    monkeypatch.setitem(reviewed.REVIEWED, key, {"000000000000": ("0.5.23",)})
+    monkeypatch.setattr(plugin, "_said", set())
+    registry = env.h3.plugins.HookRegistry
+    hooks_before = copy.copy(registry._hooks)
+    support.reset()
+    try:
+        with caplog.at_level(logging.INFO, logger="prenoise.sglang"):
+            plugin.register()
+            plugin.register()
+        lines = [(r.levelno, r.getMessage()) for r in caplog.records]
+        yield (
+            [m for level, m in lines if level == logging.WARNING],
+            [m for level, m in lines if level == logging.INFO],
+        )
+    finally:
+        registry._hooks.clear()
+        registry._hooks.update({t: list(h) for t, h in hooks_before.items()})
+        monkeypatch.undo()
+        support.reset()

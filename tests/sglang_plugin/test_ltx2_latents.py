@@ -10,16 +10,14 @@ the stage's `extra` entries, the generators' final states, and the global RNG st
 
 from __future__ import annotations
 
-import copy
-import logging
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 import torch
-from _latents_harness import both_arms, load_env, make_req, run, same, server_args
+from _latents_harness import both_arms, changed_digest, load_env, make_req, run, same, server_args
 
-from prenoise.integrations.sglang import latents_ahead, plugin, reviewed, support
+from prenoise.integrations.sglang import latents_ahead, reviewed, support
 
 LTX2 = reviewed.LTX2_LATENTS_PATH
 
@@ -141,23 +139,14 @@ def test_changed_digest_turns_the_path_off(
     """A changed LTX-2 function (shared by the one- and two-stage paths): one WARNING per path
     naming it; the other paths stay on; LTX-2 requests pass straight to upstream."""
     key = next(k for k in reviewed.REVIEWED if k.endswith(".prepare_audio_latent_shape"))
-    monkeypatch.setitem(reviewed.REVIEWED, key, {"000000000000": ("0.5.23",)})
-    monkeypatch.setattr(plugin, "_said", set())
-    registry = env.h3.plugins.HookRegistry
-    hooks_before = copy.copy(registry._hooks)
-    support.reset()
-    try:
-        with caplog.at_level(logging.INFO, logger="prenoise.sglang"):
-            plugin.register()
-            plugin.register()
-        warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    with changed_digest(env, monkeypatch, caplog, key) as (warnings, infos):
         two_stage = reviewed.LTX2_TWO_STAGE_LATENTS_PATH
         assert [w.split(": off")[0] for w in warnings] == [
             f"prenoise: sglang: {LTX2}",
             f"prenoise: sglang: {two_stage}",
         ], warnings
         assert all("LTX2PipelineConfig.prepare_audio_latent_shape" in w for w in warnings)
-        (on_line,) = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
+        (on_line,) = infos
         assert f"{LTX2}: off" in on_line and f"{two_stage}: off" in on_line
         assert f"{reviewed.STANDARD_LATENTS_PATH}: on" in on_line
         cls, sa = _ltx2(env)
@@ -169,9 +158,4 @@ def test_changed_digest_turns_the_path_off(
         off, on, seen, rng_untouched = both_arms(monkeypatch, arm)
         assert seen.draws == [] and seen.serves == []
         assert same(off, on) == [] and rng_untouched
-    finally:
-        registry._hooks.clear()
-        registry._hooks.update({t: list(h) for t, h in hooks_before.items()})
-        monkeypatch.undo()
-        support.reset()
     assert support.current().runs(LTX2)

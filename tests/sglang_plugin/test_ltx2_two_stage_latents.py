@@ -19,15 +19,22 @@ final states, and the global RNG state.
 
 from __future__ import annotations
 
-import copy
-import logging
 import threading
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 import torch
-from _latents_harness import both_arms, load_env, make_req, recorded, run, same, server_args
+from _latents_harness import (
+    both_arms,
+    changed_digest,
+    load_env,
+    make_req,
+    recorded,
+    run,
+    same,
+    server_args,
+)
 
 from prenoise.integrations.sglang import latents_ahead, plugin, reviewed, status, support
 
@@ -178,19 +185,10 @@ def test_changed_digest_turns_only_this_path_off(
     key = next(k for k in reviewed.REVIEWED if k.endswith(":LTX2HalveResolutionStage"))
     assert key in reviewed.PATHS[TWO_STAGE]
     assert key not in reviewed.PATHS[reviewed.LTX2_LATENTS_PATH]
-    monkeypatch.setitem(reviewed.REVIEWED, key, {"000000000000": ("0.5.23",)})
-    monkeypatch.setattr(plugin, "_said", set())
-    registry = env.h3.plugins.HookRegistry
-    hooks_before = copy.copy(registry._hooks)
-    support.reset()
-    try:
-        with caplog.at_level(logging.INFO, logger="prenoise.sglang"):
-            plugin.register()
-            plugin.register()
-        warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    with changed_digest(env, monkeypatch, caplog, key) as (warnings, infos):
         assert len(warnings) == 1, warnings
         assert TWO_STAGE in warnings[0] and "LTX2HalveResolutionStage" in warnings[0]
-        (on_line,) = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
+        (on_line,) = infos
         assert f"{TWO_STAGE}: off" in on_line
         assert f"{reviewed.LTX2_LATENTS_PATH}: on" in on_line
         rows = dict(status.sglang_status({}).rows())
@@ -202,11 +200,6 @@ def test_changed_digest_turns_only_this_path_off(
         )
         assert seen.draws == [] and seen.serves == []
         assert same(off, on) == [] and rng_untouched
-    finally:
-        registry._hooks.clear()
-        registry._hooks.update({t: list(h) for t, h in hooks_before.items()})
-        monkeypatch.undo()
-        support.reset()
     assert support.current().runs(TWO_STAGE)
     assert dict(status.sglang_status({}).rows())[TWO_STAGE] == "on (the reviewed code)"
 
